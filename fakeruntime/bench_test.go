@@ -1,0 +1,128 @@
+package fakeruntime
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// BenchmarkPodLifecycle is one pod's whole life in-process with zero
+// latencies: the runtime's own cost per pod, which bounds pods per second
+// per core.
+func BenchmarkPodLifecycle(b *testing.B) {
+	ctx := context.Background()
+	rt := New(Config{PreloadedImages: []string{pauseImage}, Seed: 1})
+	setPodCIDR(b, rt, testPodCIDR)
+	pod := podConfig("web-0")
+	imageRef, err := rt.PullImage(ctx, &runtimeapi.ImageSpec{Image: busyboxImage}, nil, pod)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := containerConfig(pod, "app", imageRef)
+	b.ReportAllocs()
+	for b.Loop() {
+		sbID, err := rt.RunPodSandbox(ctx, pod, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		cID, err := rt.CreateContainer(ctx, sbID, cfg, pod)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := rt.StartContainer(ctx, cID); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := rt.ContainerStatus(ctx, cID, false); err != nil {
+			b.Fatal(err)
+		}
+		if err := rt.StopContainer(ctx, cID, 30); err != nil {
+			b.Fatal(err)
+		}
+		if err := rt.RemoveContainer(ctx, cID); err != nil {
+			b.Fatal(err)
+		}
+		if err := rt.StopPodSandbox(ctx, sbID); err != nil {
+			b.Fatal(err)
+		}
+		if err := rt.RemovePodSandbox(ctx, sbID); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPodLifecycleSocket is the same life through k8s.io/cri-client
+// and the unix socket: the price of the fake-socket endpoint.
+func BenchmarkPodLifecycleSocket(b *testing.B) {
+	ctx := context.Background()
+	rt := New(Config{PreloadedImages: []string{pauseImage}, Seed: 1})
+	setPodCIDR(b, rt, testPodCIDR)
+	rs, is := dialForTest(b, serveForTest(b, rt), false)
+	pod := podConfig("web-0")
+	imageRef, err := is.PullImage(ctx, &runtimeapi.ImageSpec{Image: busyboxImage}, nil, pod)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := containerConfig(pod, "app", imageRef)
+	b.ReportAllocs()
+	for b.Loop() {
+		sbID, err := rs.RunPodSandbox(ctx, pod, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		cID, err := rs.CreateContainer(ctx, sbID, cfg, pod)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := rs.StartContainer(ctx, cID); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := rs.ContainerStatus(ctx, cID, false); err != nil {
+			b.Fatal(err)
+		}
+		if err := rs.StopContainer(ctx, cID, 30); err != nil {
+			b.Fatal(err)
+		}
+		if err := rs.RemoveContainer(ctx, cID); err != nil {
+			b.Fatal(err)
+		}
+		if err := rs.StopPodSandbox(ctx, sbID); err != nil {
+			b.Fatal(err)
+		}
+		if err := rs.RemovePodSandbox(ctx, sbID); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkListContainers lists on a full node (110 pods, the kubelet's
+// default maxPods, one running container each): "all" is the PLEG relist,
+// "onePod" the per-pod query of the kubelet's GetPodStatus.
+func BenchmarkListContainers(b *testing.B) {
+	ctx := context.Background()
+	rt := New(Config{PreloadedImages: []string{pauseImage}, Seed: 1})
+	setPodCIDR(b, rt, testPodCIDR)
+	for i := range 110 {
+		pod := podConfig(fmt.Sprintf("pod-%d", i))
+		runContainer(b, rt, runPod(b, rt, pod), pod, "app", pauseImage)
+	}
+	for _, bc := range []struct {
+		name   string
+		filter *runtimeapi.ContainerFilter
+		want   int
+	}{
+		{"all", nil, 110},
+		{"onePod", &runtimeapi.ContainerFilter{LabelSelector: map[string]string{"io.kubernetes.pod.uid": "uid-pod-42"}}, 1},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				cs, err := rt.ListContainers(ctx, bc.filter)
+				if err != nil || len(cs) != bc.want {
+					b.Fatalf("ListContainers = %d containers, %v; want %d", len(cs), err, bc.want)
+				}
+			}
+		})
+	}
+}

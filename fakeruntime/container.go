@@ -1,0 +1,398 @@
+package fakeruntime
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	utilexec "k8s.io/utils/exec"
+)
+
+const (
+	// exitCodeKilled is 128+SIGKILL, what a container killed outright
+	// exits with.
+	exitCodeKilled = 137
+	// reasonCompleted and reasonError are containerd's reasons for an exit
+	// code of zero and of anything else.
+	reasonCompleted = "Completed"
+	reasonError     = "Error"
+)
+
+// container is the record of one container. Its maps and pointers are owned
+// by the Runtime and never handed out: callers get fresh copies.
+type container struct {
+	id, sandboxID string
+	seq           uint64
+	name          string // the reserved name, see containerName
+
+	metaName string
+	attempt  uint32
+
+	imageID          string
+	imageName        string // the image's first repo tag (or digest), as containerd reports it
+	userImage        string
+	imageAnnotations map[string]string
+	imageHandler     string
+
+	labels      map[string]string
+	annotations map[string]string
+	logPath     string
+	resources   *runtimeapi.ContainerResources
+
+	state                            runtimeapi.ContainerState
+	createdAt, startedAt, finishedAt int64
+	exitCode                         int32
+	reason, message                  string
+}
+
+// containerName is the name containerd reserves for a container: one per
+// container attempt in a sandbox.
+func containerName(md *runtimeapi.ContainerMetadata, sb *sandbox) string {
+	return md.GetName() + "_" + sb.name + "_" + strconv.FormatUint(uint64(md.GetAttempt()), 10)
+}
+
+// stopOutcome is the pure model of a graceful stop: the container asked to
+// stop with a grace period of timeout seconds exits after stopLatency with
+// exit code 0 and reason "Completed", as an application that handles SIGTERM
+// does. If it would take longer than the grace period it is killed when the
+// period ends (137, "Error"); with no grace period it is killed at once, as
+// containerd does for a timeout of 0.
+func stopOutcome(stopLatency time.Duration, timeout int64) (wait time.Duration, exitCode int32, reason string) {
+	if timeout <= 0 {
+		return 0, exitCodeKilled, reasonError
+	}
+	grace := time.Duration(timeout) * time.Second
+	if stopLatency > grace {
+		return grace, exitCodeKilled, reasonError
+	}
+	return stopLatency, 0, reasonCompleted
+}
+
+// CreateContainer creates a container in the CREATED state after
+// Behaviour.ContainerCreateLatency. The sandbox must exist and be ready
+// (NotFound otherwise) and the image must be present (NotFound "image X not
+// found", as containerd): the kubelet passes the image ID PullImage returned,
+// but a name or repo digest works too.
+func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, config *runtimeapi.ContainerConfig, sandboxConfig *runtimeapi.PodSandboxConfig) (string, error) {
+	md := config.GetMetadata()
+	if md.GetName() == "" {
+		return "", status.Errorf(codes.InvalidArgument, "CreateContainer in sandbox %s: the container config must have metadata with a name, got %v", podSandboxID, md)
+	}
+	imageRef := config.GetImage().GetImage()
+	if imageRef == "" {
+		return "", status.Errorf(codes.InvalidArgument, "CreateContainer %q in sandbox %s: the container config names no image", md.GetName(), podSandboxID)
+	}
+	if err := r.wait(ctx, r.behaviour.ContainerCreateLatency); err != nil {
+		return "", ctxError("CreateContainer "+md.GetName()+" in sandbox "+podSandboxID, err)
+	}
+	createdAt := r.now()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sb, err := lookupLocked(r.sandboxes, "pod sandbox", podSandboxID)
+	if err != nil {
+		return "", status.Errorf(status.Code(err), "CreateContainer %q: %s", md.GetName(), status.Convert(err).Message())
+	}
+	if sb.state != runtimeapi.PodSandboxState_SANDBOX_READY {
+		return "", status.Errorf(codes.NotFound, "CreateContainer %q in pod %s/%s: sandbox %s is not ready (stopped); run a new sandbox", md.GetName(), sb.podNamespace, sb.podName, sb.id)
+	}
+	img := r.lookupImageLocked(imageRef)
+	if img == nil {
+		return "", status.Errorf(codes.NotFound, "CreateContainer %q in pod %s/%s: image %q not found; pull it first", md.GetName(), sb.podNamespace, sb.podName, imageRef)
+	}
+	name := containerName(md, sb)
+	if owner, ok := r.names[name]; ok {
+		return "", status.Errorf(codes.AlreadyExists, "CreateContainer %q in pod %s/%s: name %q is reserved for container %s; remove it first", md.GetName(), sb.podNamespace, sb.podName, name, owner)
+	}
+	c := &container{
+		id:               r.newIDLocked(),
+		sandboxID:        sb.id,
+		seq:              r.nextSeqLocked(),
+		name:             name,
+		metaName:         md.GetName(),
+		attempt:          md.GetAttempt(),
+		imageID:          img.id,
+		imageName:        img.displayName(),
+		userImage:        config.GetImage().GetUserSpecifiedImage(),
+		imageAnnotations: maps.Clone(config.GetImage().GetAnnotations()),
+		imageHandler:     config.GetImage().GetRuntimeHandler(),
+		labels:           maps.Clone(config.GetLabels()),
+		annotations:      maps.Clone(config.GetAnnotations()),
+		state:            runtimeapi.ContainerState_CONTAINER_CREATED,
+		createdAt:        createdAt,
+	}
+	// containerd joins the two only when both are set.
+	if sb.logDirectory != "" && config.GetLogPath() != "" {
+		c.logPath = filepath.Join(sb.logDirectory, config.GetLogPath())
+	}
+	if res := config.GetLinux().GetResources(); res != nil {
+		c.resources = &runtimeapi.ContainerResources{Linux: proto.Clone(res).(*runtimeapi.LinuxContainerResources)}
+	}
+	r.containers[c.id] = c
+	r.names[name] = c.id
+	sb.containers = append(sb.containers, c.id)
+	if logger := klog.FromContext(ctx).V(5); logger.Enabled() {
+		logger.Info("Created container", "pod", klog.KRef(sb.podNamespace, sb.podName), "container", c.metaName, "containerID", c.id)
+	}
+	return c.id, nil
+}
+
+// StartContainer moves a CREATED container to RUNNING after
+// Behaviour.ContainerStartLatency. Its sandbox must still be ready.
+func (r *Runtime) StartContainer(ctx context.Context, containerID string) error {
+	// Check before the latency so that a bad call fails at once, and again
+	// after it since the container may have changed meanwhile.
+	r.mu.Lock()
+	c, err := r.startableLocked(containerID)
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	id := c.id
+	if err := r.wait(ctx, r.behaviour.ContainerStartLatency); err != nil {
+		return ctxError("StartContainer "+id, err)
+	}
+	startedAt := r.now()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, err = r.startableLocked(id); err != nil {
+		return err
+	}
+	c.state = runtimeapi.ContainerState_CONTAINER_RUNNING
+	c.startedAt = startedAt
+	return nil
+}
+
+func (r *Runtime) startableLocked(containerID string) (*container, error) {
+	c, err := lookupLocked(r.containers, "container", containerID)
+	if err != nil {
+		return nil, err
+	}
+	if c.state != runtimeapi.ContainerState_CONTAINER_CREATED {
+		return nil, status.Errorf(codes.FailedPrecondition, "StartContainer %s: container is in state %s; only a created container can start", c.id, c.state)
+	}
+	if sb := r.sandboxes[c.sandboxID]; sb == nil || sb.state != runtimeapi.PodSandboxState_SANDBOX_READY {
+		return nil, status.Errorf(codes.FailedPrecondition, "StartContainer %s: its sandbox %s is not ready", c.id, c.sandboxID)
+	}
+	return c, nil
+}
+
+// StopContainer stops a RUNNING container as stopOutcome decides: after
+// Behaviour.StopLatency with exit code 0 ("Completed"), or killed (137,
+// "Error") when the grace period of timeout seconds runs out first. Stopping
+// a container that is not running does nothing and is not an error; a
+// container that never started stays CREATED, as in containerd.
+func (r *Runtime) StopContainer(ctx context.Context, containerID string, timeout int64) error {
+	r.mu.Lock()
+	c, err := lookupLocked(r.containers, "container", containerID)
+	if err != nil {
+		r.mu.Unlock()
+		return err
+	}
+	id, running := c.id, c.state == runtimeapi.ContainerState_CONTAINER_RUNNING
+	r.mu.Unlock()
+	if !running {
+		return nil
+	}
+	wait, exitCode, reason := stopOutcome(r.behaviour.StopLatency, timeout)
+	if err := r.wait(ctx, wait); err != nil {
+		return ctxError("StopContainer "+id, err)
+	}
+	finishedAt := r.now()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// It may have been removed, or killed with its sandbox, meanwhile.
+	if c := r.containers[id]; c != nil && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		c.exit(finishedAt, exitCode, reason)
+	}
+	return nil
+}
+
+func (c *container) exit(finishedAt int64, exitCode int32, reason string) {
+	c.state = runtimeapi.ContainerState_CONTAINER_EXITED
+	c.finishedAt = finishedAt
+	c.exitCode = exitCode
+	c.reason = reason
+}
+
+// RemoveContainer removes a container in any state, as CRI asks. Removing an
+// unknown container is not an error.
+func (r *Runtime) RemoveContainer(ctx context.Context, containerID string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := lookupLocked(r.containers, "container", containerID)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	delete(r.containers, c.id)
+	delete(r.names, c.name)
+	if sb := r.sandboxes[c.sandboxID]; sb != nil {
+		if i := slices.Index(sb.containers, c.id); i >= 0 {
+			sb.containers = slices.Delete(sb.containers, i, i+1)
+		}
+	}
+	return nil
+}
+
+// ListContainers returns the containers that match filter, oldest first. The
+// ID and sandbox ID filters match prefixes, as containerd's do.
+func (r *Runtime) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	selector := compileSelector(filter.GetLabelSelector())
+	matched := make([]*container, 0, len(r.containers))
+	for _, c := range r.containers {
+		if c.matches(filter, selector) {
+			matched = append(matched, c)
+		}
+	}
+	slices.SortFunc(matched, func(a, b *container) int { return cmp.Compare(a.seq, b.seq) })
+	// The kubelet's PLEG lists every container every second on every node:
+	// allocate the items' structs in three blocks rather than three per item.
+	out := make([]*runtimeapi.Container, len(matched))
+	items := make([]runtimeapi.Container, len(matched))
+	metas := make([]runtimeapi.ContainerMetadata, len(matched))
+	specs := make([]runtimeapi.ImageSpec, len(matched))
+	for i, c := range matched {
+		c.fillListItem(&items[i], &metas[i], &specs[i])
+		out[i] = &items[i]
+	}
+	return out, nil
+}
+
+func (c *container) matches(f *runtimeapi.ContainerFilter, selector []labelPair) bool {
+	if f == nil {
+		return true
+	}
+	if f.Id != "" && !strings.HasPrefix(c.id, f.Id) {
+		return false
+	}
+	if f.State != nil && f.State.State != c.state {
+		return false
+	}
+	if f.PodSandboxId != "" && !strings.HasPrefix(c.sandboxID, f.PodSandboxId) {
+		return false
+	}
+	return matchLabels(c.labels, selector)
+}
+
+// ContainerStatus returns the container's status, or NotFound.
+func (r *Runtime) ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := lookupLocked(r.containers, "container", containerID)
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ContainerStatusResponse{Status: c.toStatus()}, nil
+}
+
+// UpdateContainerResources replaces the container's resources; ContainerStatus
+// reports them. Like containerd it refuses a container that has exited.
+func (r *Runtime) UpdateContainerResources(ctx context.Context, containerID string, resources *runtimeapi.ContainerResources) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := lookupLocked(r.containers, "container", containerID)
+	if err != nil {
+		return err
+	}
+	if c.state != runtimeapi.ContainerState_CONTAINER_CREATED && c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return status.Errorf(codes.FailedPrecondition, "UpdateContainerResources %s: container is in state %s; only a created or running container can be updated", c.id, c.state)
+	}
+	if resources != nil {
+		c.resources = proto.Clone(resources).(*runtimeapi.ContainerResources)
+	}
+	return nil
+}
+
+// ExecSync runs nothing: the command of a RUNNING container "exits" 0 with no
+// output. A non-zero exit code, once the behaviour model has them, comes back
+// as a utilexec.CodeExitError, as k8s.io/cri-client returns it.
+func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout []byte, stderr []byte, err error) {
+	stdout, stderr, exitCode, err := r.execSync(ctx, containerID, cmd, timeout)
+	if err == nil && exitCode != 0 {
+		err = utilexec.CodeExitError{
+			Err:  fmt.Errorf("command '%s' exited with %d: %s", strings.Join(cmd, " "), exitCode, stderr),
+			Code: int(exitCode),
+		}
+	}
+	return stdout, stderr, err
+}
+
+// execSync is ExecSync with the exit code apart, for the gRPC server.
+func (r *Runtime) execSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout, stderr []byte, exitCode int32, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := lookupLocked(r.containers, "container", containerID)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return nil, nil, 0, status.Errorf(codes.FailedPrecondition, "ExecSync %q in container %s: container is in state %s, not running", cmd, c.id, c.state)
+	}
+	return nil, nil, 0, nil
+}
+
+func (c *container) fillMetadata(md *runtimeapi.ContainerMetadata) *runtimeapi.ContainerMetadata {
+	md.Name, md.Attempt = c.metaName, c.attempt
+	return md
+}
+
+func (c *container) fillImageSpec(spec *runtimeapi.ImageSpec) *runtimeapi.ImageSpec {
+	spec.Image = c.imageName
+	spec.Annotations = maps.Clone(c.imageAnnotations)
+	spec.UserSpecifiedImage = c.userImage
+	spec.RuntimeHandler = c.imageHandler
+	return spec
+}
+
+// fillListItem fills the fresh structs item, md and spec as c's list item.
+func (c *container) fillListItem(item *runtimeapi.Container, md *runtimeapi.ContainerMetadata, spec *runtimeapi.ImageSpec) {
+	item.Id = c.id
+	item.PodSandboxId = c.sandboxID
+	item.Metadata = c.fillMetadata(md)
+	item.Image = c.fillImageSpec(spec)
+	item.ImageRef = c.imageID
+	item.State = c.state
+	item.CreatedAt = c.createdAt
+	item.Labels = maps.Clone(c.labels)
+	item.Annotations = maps.Clone(c.annotations)
+	item.ImageId = c.imageID
+}
+
+func (c *container) toStatus() *runtimeapi.ContainerStatus {
+	st := &runtimeapi.ContainerStatus{
+		Id:          c.id,
+		Metadata:    c.fillMetadata(&runtimeapi.ContainerMetadata{}),
+		State:       c.state,
+		CreatedAt:   c.createdAt,
+		StartedAt:   c.startedAt,
+		FinishedAt:  c.finishedAt,
+		ExitCode:    c.exitCode,
+		Image:       c.fillImageSpec(&runtimeapi.ImageSpec{}),
+		ImageRef:    c.imageID,
+		Reason:      c.reason,
+		Message:     c.message,
+		Labels:      maps.Clone(c.labels),
+		Annotations: maps.Clone(c.annotations),
+		LogPath:     c.logPath,
+		ImageId:     c.imageID,
+	}
+	if c.resources != nil {
+		st.Resources = proto.Clone(c.resources).(*runtimeapi.ContainerResources)
+	}
+	return st
+}

@@ -1,0 +1,312 @@
+package fakeruntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+)
+
+const (
+	// maxMsgSize matches k8s.io/cri-client's limit (16 MiB), so a list the
+	// client accepts is never refused by the server.
+	maxMsgSize = 16 << 20
+	// gracefulStopTimeout bounds how long Serve waits for calls in flight
+	// when its context ends. It is wall time, not the runtime's clock:
+	// shutting a socket down is real I/O, not simulation.
+	gracefulStopTimeout = 5 * time.Second
+	// streamChunk is how many items one message of a streaming list holds.
+	streamChunk = 256
+)
+
+// Serve serves rt as a CRI v1 runtime and image service on the unix socket
+// socketPath until ctx is done, then stops gracefully and removes the socket.
+// A stale socket left by an earlier run is removed first; any other file at
+// that path is an error, never deleted. It returns nil after a clean stop.
+func Serve(ctx context.Context, socketPath string, rt *Runtime) error {
+	logger := klog.FromContext(ctx).WithValues("socket", socketPath)
+	if err := removeStaleSocket(socketPath); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(socketPath), 0o755); err != nil {
+		return fmt.Errorf("serve fake CRI: create the socket's directory: %w", err)
+	}
+	lis, err := net.Listen("unix", socketPath)
+	if err != nil {
+		return fmt.Errorf("serve fake CRI: %w", err)
+	}
+	srv := grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxMsgSize),
+		grpc.MaxSendMsgSize(maxMsgSize),
+		// Calls carry Serve's logger, so their log lines name the node.
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			return handler(klog.NewContext(ctx, logger), req)
+		}),
+	)
+	runtimeapi.RegisterRuntimeServiceServer(srv, &runtimeServer{rt: rt, logger: logger})
+	runtimeapi.RegisterImageServiceServer(srv, &imageServer{rt: rt, logger: logger})
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(lis) }()
+	logger.V(2).Info("Serving the fake CRI runtime")
+
+	select {
+	case <-ctx.Done():
+		stopGracefully(srv)
+		err = <-serveErr // nil once stopped
+	case err = <-serveErr:
+		srv.Stop()
+		err = fmt.Errorf("serve fake CRI on %s: %w", socketPath, err)
+	}
+	if rmErr := os.Remove(socketPath); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
+		err = errors.Join(err, fmt.Errorf("remove socket: %w", rmErr))
+	}
+	logger.V(2).Info("Stopped serving the fake CRI runtime")
+	return err
+}
+
+// stopGracefully lets calls in flight finish, but not for ever: a client
+// that keeps a stream open must not hang the fleet's shutdown.
+func stopGracefully(srv *grpc.Server) {
+	done := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(done)
+	}()
+	t := time.NewTimer(gracefulStopTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		srv.Stop()
+		<-done
+	}
+}
+
+// removeStaleSocket removes a socket left at path by a runtime that did not
+// clean up, and refuses to touch anything that is not a socket.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("serve fake CRI: %w", err)
+	}
+	if fi.Mode()&fs.ModeSocket == 0 {
+		return fmt.Errorf("serve fake CRI: %s exists and is not a socket; remove it or choose another path", path)
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("serve fake CRI: remove stale socket: %w", err)
+	}
+	return nil
+}
+
+// runtimeServer adapts gRPC requests to the Runtime's methods. Calls that
+// the Runtime does not model fall through to the embedded server, which
+// answers Unimplemented.
+type runtimeServer struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	rt     *Runtime
+	logger klog.Logger
+}
+
+func (s *runtimeServer) Version(ctx context.Context, req *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	return s.rt.Version(ctx, req.GetVersion())
+}
+
+func (s *runtimeServer) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+	return s.rt.Status(ctx, req.GetVerbose())
+}
+
+func (s *runtimeServer) UpdateRuntimeConfig(ctx context.Context, req *runtimeapi.UpdateRuntimeConfigRequest) (*runtimeapi.UpdateRuntimeConfigResponse, error) {
+	if err := s.rt.UpdateRuntimeConfig(ctx, req.GetRuntimeConfig()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
+}
+
+func (s *runtimeServer) RuntimeConfig(ctx context.Context, req *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
+	return s.rt.RuntimeConfig(ctx)
+}
+
+func (s *runtimeServer) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	id, err := s.rt.RunPodSandbox(ctx, req.GetConfig(), req.GetRuntimeHandler())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+func (s *runtimeServer) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+	if err := s.rt.StopPodSandbox(ctx, req.GetPodSandboxId()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+func (s *runtimeServer) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	if err := s.rt.RemovePodSandbox(ctx, req.GetPodSandboxId()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+func (s *runtimeServer) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
+	return s.rt.PodSandboxStatus(ctx, req.GetPodSandboxId(), req.GetVerbose())
+}
+
+func (s *runtimeServer) ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
+	items, err := s.rt.ListPodSandbox(ctx, req.GetFilter())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ListPodSandboxResponse{Items: items}, nil
+}
+
+func (s *runtimeServer) StreamPodSandboxes(req *runtimeapi.StreamPodSandboxesRequest, stream grpc.ServerStreamingServer[runtimeapi.StreamPodSandboxesResponse]) error {
+	items, err := s.rt.ListPodSandbox(klog.NewContext(stream.Context(), s.logger), req.GetFilter())
+	if err != nil {
+		return err
+	}
+	return sendChunks(items, func(chunk []*runtimeapi.PodSandbox) error {
+		return stream.Send(&runtimeapi.StreamPodSandboxesResponse{PodSandboxes: chunk})
+	})
+}
+
+func (s *runtimeServer) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	id, err := s.rt.CreateContainer(ctx, req.GetPodSandboxId(), req.GetConfig(), req.GetSandboxConfig())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+}
+
+func (s *runtimeServer) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+	if err := s.rt.StartContainer(ctx, req.GetContainerId()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.StartContainerResponse{}, nil
+}
+
+func (s *runtimeServer) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+	if err := s.rt.StopContainer(ctx, req.GetContainerId(), req.GetTimeout()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.StopContainerResponse{}, nil
+}
+
+func (s *runtimeServer) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+	if err := s.rt.RemoveContainer(ctx, req.GetContainerId()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RemoveContainerResponse{}, nil
+}
+
+func (s *runtimeServer) ListContainers(ctx context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	items, err := s.rt.ListContainers(ctx, req.GetFilter())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ListContainersResponse{Containers: items}, nil
+}
+
+func (s *runtimeServer) StreamContainers(req *runtimeapi.StreamContainersRequest, stream grpc.ServerStreamingServer[runtimeapi.StreamContainersResponse]) error {
+	items, err := s.rt.ListContainers(klog.NewContext(stream.Context(), s.logger), req.GetFilter())
+	if err != nil {
+		return err
+	}
+	return sendChunks(items, func(chunk []*runtimeapi.Container) error {
+		return stream.Send(&runtimeapi.StreamContainersResponse{Containers: chunk})
+	})
+}
+
+func (s *runtimeServer) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	return s.rt.ContainerStatus(ctx, req.GetContainerId(), req.GetVerbose())
+}
+
+func (s *runtimeServer) UpdateContainerResources(ctx context.Context, req *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
+	res := &runtimeapi.ContainerResources{Linux: req.GetLinux(), Windows: req.GetWindows()}
+	if err := s.rt.UpdateContainerResources(ctx, req.GetContainerId(), res); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
+}
+
+func (s *runtimeServer) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
+	stdout, stderr, exitCode, err := s.rt.execSync(ctx, req.GetContainerId(), req.GetCmd(), time.Duration(req.GetTimeout())*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ExecSyncResponse{Stdout: stdout, Stderr: stderr, ExitCode: exitCode}, nil
+}
+
+// imageServer adapts gRPC requests to the Runtime's image methods.
+type imageServer struct {
+	runtimeapi.UnimplementedImageServiceServer
+	rt     *Runtime
+	logger klog.Logger
+}
+
+func (s *imageServer) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+	items, err := s.rt.ListImages(ctx, req.GetFilter())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ListImagesResponse{Images: items}, nil
+}
+
+func (s *imageServer) StreamImages(req *runtimeapi.StreamImagesRequest, stream grpc.ServerStreamingServer[runtimeapi.StreamImagesResponse]) error {
+	items, err := s.rt.ListImages(klog.NewContext(stream.Context(), s.logger), req.GetFilter())
+	if err != nil {
+		return err
+	}
+	return sendChunks(items, func(chunk []*runtimeapi.Image) error {
+		return stream.Send(&runtimeapi.StreamImagesResponse{Images: chunk})
+	})
+}
+
+func (s *imageServer) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	return s.rt.ImageStatus(ctx, req.GetImage(), req.GetVerbose())
+}
+
+func (s *imageServer) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+	ref, err := s.rt.PullImage(ctx, req.GetImage(), req.GetAuth(), req.GetSandboxConfig())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.PullImageResponse{ImageRef: ref}, nil
+}
+
+func (s *imageServer) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
+	if err := s.rt.RemoveImage(ctx, req.GetImage()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RemoveImageResponse{}, nil
+}
+
+func (s *imageServer) ImageFsInfo(ctx context.Context, req *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
+	return s.rt.ImageFsInfo(ctx)
+}
+
+// sendChunks sends items in messages of at most streamChunk items, and none
+// at all when there are no items: CRI's streaming lists carry at least one
+// item per message and end with EOF.
+func sendChunks[T any](items []T, send func([]T) error) error {
+	for len(items) > 0 {
+		n := min(len(items), streamChunk)
+		if err := send(items[:n]); err != nil {
+			return err
+		}
+		items = items[n:]
+	}
+	return nil
+}

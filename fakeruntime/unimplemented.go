@@ -1,0 +1,95 @@
+package fakeruntime
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// The methods below are not modelled yet. They fail with codes.Unimplemented,
+// which the kubelet already treats as "this runtime does not support it"
+// (for example it falls back from evented to generic PLEG and skips
+// UpdatePodSandboxResources). Stats and container events come with later
+// issues.
+
+func unimplemented(method string) error {
+	return status.Errorf(codes.Unimplemented, "%s is not implemented by the %s runtime", method, RuntimeName)
+}
+
+// Exec is not implemented: nothing runs to attach a stream to.
+func (r *Runtime) Exec(ctx context.Context, req *runtimeapi.ExecRequest) (*runtimeapi.ExecResponse, error) {
+	return nil, unimplemented("Exec")
+}
+
+// Attach is not implemented: nothing runs to attach a stream to.
+func (r *Runtime) Attach(ctx context.Context, req *runtimeapi.AttachRequest) (*runtimeapi.AttachResponse, error) {
+	return nil, unimplemented("Attach")
+}
+
+// PortForward is not implemented: nothing listens in a fake sandbox.
+func (r *Runtime) PortForward(ctx context.Context, req *runtimeapi.PortForwardRequest) (*runtimeapi.PortForwardResponse, error) {
+	return nil, unimplemented("PortForward")
+}
+
+// ReopenContainerLog is not implemented: the fake writes no logs.
+func (r *Runtime) ReopenContainerLog(ctx context.Context, containerID string) error {
+	return unimplemented("ReopenContainerLog")
+}
+
+// CheckpointContainer is not implemented.
+func (r *Runtime) CheckpointContainer(ctx context.Context, options *runtimeapi.CheckpointContainerRequest) error {
+	return unimplemented("CheckpointContainer")
+}
+
+// GetContainerEvents is not implemented yet (evented PLEG is a later issue).
+func (r *Runtime) GetContainerEvents(ctx context.Context, containerEventsCh chan *runtimeapi.ContainerEventResponse, connectionEstablishedCallback func(runtimeapi.RuntimeService_GetContainerEventsClient)) error {
+	return unimplemented("GetContainerEvents")
+}
+
+// UpdatePodSandboxResources is not implemented; the kubelet treats it as best
+// effort.
+func (r *Runtime) UpdatePodSandboxResources(ctx context.Context, request *runtimeapi.UpdatePodSandboxResourcesRequest) (*runtimeapi.UpdatePodSandboxResourcesResponse, error) {
+	return nil, unimplemented("UpdatePodSandboxResources")
+}
+
+// CheckpointPod is not implemented.
+func (r *Runtime) CheckpointPod(ctx context.Context, options *runtimeapi.CheckpointPodRequest) error {
+	return unimplemented("CheckpointPod")
+}
+
+// RestorePod is not implemented.
+func (r *Runtime) RestorePod(ctx context.Context, options *runtimeapi.RestorePodRequest) (*runtimeapi.RestorePodResponse, error) {
+	return nil, unimplemented("RestorePod")
+}
+
+// ContainerStats is not implemented yet (stats are a later issue).
+func (r *Runtime) ContainerStats(ctx context.Context, containerID string) (*runtimeapi.ContainerStats, error) {
+	return nil, unimplemented("ContainerStats")
+}
+
+// ListContainerStats is not implemented yet (stats are a later issue).
+func (r *Runtime) ListContainerStats(ctx context.Context, filter *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error) {
+	return nil, unimplemented("ListContainerStats")
+}
+
+// PodSandboxStats is not implemented yet (stats are a later issue).
+func (r *Runtime) PodSandboxStats(ctx context.Context, podSandboxID string) (*runtimeapi.PodSandboxStats, error) {
+	return nil, unimplemented("PodSandboxStats")
+}
+
+// ListPodSandboxStats is not implemented yet (stats are a later issue).
+func (r *Runtime) ListPodSandboxStats(ctx context.Context, filter *runtimeapi.PodSandboxStatsFilter) ([]*runtimeapi.PodSandboxStats, error) {
+	return nil, unimplemented("ListPodSandboxStats")
+}
+
+// ListMetricDescriptors is not implemented yet (metrics are a later issue).
+func (r *Runtime) ListMetricDescriptors(ctx context.Context) ([]*runtimeapi.MetricDescriptor, error) {
+	return nil, unimplemented("ListMetricDescriptors")
+}
+
+// ListPodSandboxMetrics is not implemented yet (metrics are a later issue).
+func (r *Runtime) ListPodSandboxMetrics(ctx context.Context) ([]*runtimeapi.PodSandboxMetrics, error) {
+	return nil, unimplemented("ListPodSandboxMetrics")
+}

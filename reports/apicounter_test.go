@@ -1,0 +1,342 @@
+package reports
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestClassifyRequest(t *testing.T) {
+	for _, tc := range []struct {
+		method, url string
+		want        apiKey
+		watch       bool
+	}{
+		// Pods, as the driver and the agents use them.
+		{"GET", "/api/v1/namespaces/default/pods/p1", apiKey{verb: "get", resource: "pods"}, false},
+		{"HEAD", "/api/v1/namespaces/default/pods/p1", apiKey{verb: "get", resource: "pods"}, false},
+		{"GET", "/api/v1/namespaces/default/pods?limit=500", apiKey{verb: "list", resource: "pods"}, false},
+		{"GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&limit=500&resourceVersion=0", apiKey{verb: "list", resource: "pods"}, false},
+		{"GET", "/api/v1/pods?allowWatchBookmarks=true&fieldSelector=spec.nodeName%3Dn1&resourceVersion=12&timeoutSeconds=417&watch=true", apiKey{verb: "watch", resource: "pods"}, true},
+		{"GET", "/api/v1/pods?watch=1", apiKey{verb: "watch", resource: "pods"}, true},
+		{"GET", "/api/v1/pods?watch", apiKey{verb: "watch", resource: "pods"}, true},
+		{"GET", "/api/v1/pods?watch=false", apiKey{verb: "list", resource: "pods"}, false},
+		{"GET", "/api/v1/pods?watch=0&watch=true", apiKey{verb: "list", resource: "pods"}, false},
+		{"POST", "/api/v1/namespaces/default/pods", apiKey{verb: "create", resource: "pods"}, false},
+		{"PATCH", "/api/v1/namespaces/default/pods/p1/status", apiKey{verb: "patch", resource: "pods", subresource: "status"}, false},
+		{"PUT", "/api/v1/namespaces/default/pods/p1/status", apiKey{verb: "update", resource: "pods", subresource: "status"}, false},
+		{"DELETE", "/api/v1/namespaces/default/pods/p1", apiKey{verb: "delete", resource: "pods"}, false},
+		{"DELETE", "/api/v1/namespaces/default/pods?labelSelector=app%3Dload", apiKey{verb: "deletecollection", resource: "pods"}, false},
+		{"POST", "/api/v1/namespaces/default/pods/p1/eviction", apiKey{verb: "create", resource: "pods", subresource: "eviction"}, false},
+		{"POST", "/api/v1/namespaces/default/pods/p1/binding", apiKey{verb: "create", resource: "pods", subresource: "binding"}, false},
+		{"GET", "/api/v1/namespaces/default/pods/p1/log?container=c", apiKey{verb: "get", resource: "pods", subresource: "log"}, false},
+		{"GET", "/api/v1/namespaces/default/pods/p1/proxy/healthz", apiKey{verb: "get", resource: "pods", subresource: "proxy"}, false},
+		// The deprecated verb-in-path forms.
+		{"GET", "/api/v1/watch/namespaces/default/pods", apiKey{verb: "watch", resource: "pods"}, true},
+		{"GET", "/api/v1/watch/nodes/n1", apiKey{verb: "watch", resource: "nodes"}, true},
+		{"GET", "/api/v1/proxy/nodes/n1/healthz", apiKey{verb: "proxy", resource: "nodes"}, false},
+		// Nodes: registration and status.
+		{"POST", "/api/v1/nodes", apiKey{verb: "create", resource: "nodes"}, false},
+		{"GET", "/api/v1/nodes/n1?resourceVersion=0", apiKey{verb: "get", resource: "nodes"}, false},
+		{"GET", "/api/v1/nodes?fieldSelector=metadata.name%3Dn1&watch=true", apiKey{verb: "watch", resource: "nodes"}, true},
+		{"PATCH", "/api/v1/nodes/n1/status", apiKey{verb: "patch", resource: "nodes", subresource: "status"}, false},
+		{"PUT", "/api/v1/nodes/n1/status", apiKey{verb: "update", resource: "nodes", subresource: "status"}, false},
+		// Leases.
+		{"GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", apiKey{verb: "get", group: "coordination.k8s.io", resource: "leases"}, false},
+		{"PUT", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", apiKey{verb: "update", group: "coordination.k8s.io", resource: "leases"}, false},
+		{"POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", apiKey{verb: "create", group: "coordination.k8s.io", resource: "leases"}, false},
+		// Events, in both groups.
+		{"POST", "/api/v1/namespaces/default/events", apiKey{verb: "create", resource: "events"}, false},
+		{"PATCH", "/api/v1/namespaces/default/events/p1.17a", apiKey{verb: "patch", resource: "events"}, false},
+		{"POST", "/apis/events.k8s.io/v1/namespaces/default/events", apiKey{verb: "create", group: "events.k8s.io", resource: "events"}, false},
+		// Namespaces name themselves, and have their own subresources.
+		{"GET", "/api/v1/namespaces", apiKey{verb: "list", resource: "namespaces"}, false},
+		{"GET", "/api/v1/namespaces/default", apiKey{verb: "get", resource: "namespaces"}, false},
+		{"PUT", "/api/v1/namespaces/default/finalize", apiKey{verb: "update", resource: "namespaces", subresource: "finalize"}, false},
+		{"GET", "/api/v1/namespaces/default/status", apiKey{verb: "get", resource: "namespaces", subresource: "status"}, false},
+		{"DELETE", "/api/v1/namespaces/load-1", apiKey{verb: "delete", resource: "namespaces"}, false},
+		// Other groups.
+		{"GET", "/apis/apps/v1/namespaces/default/deployments?watch=true", apiKey{verb: "watch", group: "apps", resource: "deployments"}, true},
+		{"PATCH", "/apis/apps/v1/namespaces/default/deployments/d/scale", apiKey{verb: "patch", group: "apps", resource: "deployments", subresource: "scale"}, false},
+		{"DELETE", "/apis/apps/v1/namespaces/default/replicasets", apiKey{verb: "deletecollection", group: "apps", resource: "replicasets"}, false},
+		// Not resources.
+		{"GET", "/api", apiKey{verb: "get", path: "/api"}, false},
+		{"GET", "/api/v1", apiKey{verb: "get", path: "/api/v1"}, false},
+		{"GET", "/apis/apps/v1", apiKey{verb: "get", path: "/apis/apps/v1"}, false},
+		{"GET", "/healthz", apiKey{verb: "get", path: "/healthz"}, false},
+		{"GET", "/readyz?verbose", apiKey{verb: "get", path: "/readyz"}, false},
+		{"GET", "/version", apiKey{verb: "get", path: "/version"}, false},
+		{"GET", "/openapi/v3/apis/apps/v1?hash=ABC", apiKey{verb: "get", path: "/openapi/v3/apis"}, false},
+		{"POST", "/metrics", apiKey{verb: "post", path: "/metrics"}, false},
+	} {
+		t.Run(tc.method+" "+tc.url, func(t *testing.T) {
+			req := httptest.NewRequest(tc.method, tc.url, nil)
+			got, watch := classifyRequest(req.Method, req.URL.Path, req.URL.RawQuery)
+			if got != tc.want || watch != tc.watch {
+				t.Errorf("got %+v watch=%v, want %+v watch=%v", got, watch, tc.want, tc.watch)
+			}
+		})
+	}
+}
+
+func findStat(t *testing.T, stats []APIStat, verb, resource, subresource string) APIStat {
+	t.Helper()
+	for _, s := range stats {
+		if s.Verb == verb && s.Resource == resource && s.Subresource == subresource {
+			return s
+		}
+	}
+	t.Fatalf("no API row %s %s/%s in %+v", verb, resource, subresource, stats)
+	return APIStat{}
+}
+
+func TestAPICounterOverHTTP(t *testing.T) {
+	podBody := strings.Repeat("p", 100)
+	chunk1, chunk2 := strings.Repeat("a", 64), strings.Repeat("b", 32)
+	next := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Query().Get("watch") == "true":
+			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, chunk1)
+			w.(http.Flusher).Flush()
+			select {
+			case <-next:
+			case <-r.Context().Done():
+				return
+			}
+			io.WriteString(w, chunk2)
+		case strings.HasSuffix(r.URL.Path, "/missing"):
+			http.Error(w, "not found", http.StatusNotFound)
+		case strings.HasSuffix(r.URL.Path, "/busy"):
+			http.Error(w, "too many requests", http.StatusTooManyRequests)
+		case strings.HasSuffix(r.URL.Path, "/broken"):
+			http.Error(w, "internal error", http.StatusInternalServerError)
+		case r.Method == http.MethodGet:
+			io.WriteString(w, podBody)
+		default:
+			body, _ := io.ReadAll(r.Body)
+			w.Write(body) // echo, so received bytes are known
+		}
+	}))
+	defer srv.Close()
+
+	counter := NewAPICounter()
+	client := &http.Client{Transport: counter.Wrap(srv.Client().Transport)}
+	do := func(method, path string, body io.Reader) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(method, srv.URL+path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		return resp
+	}
+	drain := func(resp *http.Response) {
+		t.Helper()
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+
+	for range 3 {
+		drain(do("GET", "/api/v1/namespaces/default/pods/p1", nil))
+	}
+	patch := `{"status":{"phase":"Running"}}`
+	drain(do("PATCH", "/api/v1/namespaces/default/pods/p1/status", strings.NewReader(patch)))
+	drain(do("PUT", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", strings.NewReader("lease-body")))
+	drain(do("GET", "/api/v1/namespaces/default/pods/missing", nil))
+	drain(do("GET", "/api/v1/namespaces/default/pods/busy", nil))
+	drain(do("GET", "/api/v1/namespaces/default/pods/broken", nil))
+
+	// A body of unknown length is counted as it is sent, and the caller's
+	// request is left as it was.
+	event := `{"kind":"Event"}`
+	req, _ := http.NewRequest("POST", srv.URL+"/api/v1/namespaces/default/events", io.NopCloser(strings.NewReader(event)))
+	origBody := req.Body
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(resp)
+	if req.Body != origBody {
+		t.Errorf("RoundTrip replaced the caller's request body")
+	}
+
+	// A watch streams: bytes count as they are read, and the watch is open
+	// until its body is closed.
+	watch := do("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&watch=true", nil)
+	if got := counter.OpenWatches(); got != 1 {
+		t.Errorf("OpenWatches() = %d after the watch started, want 1", got)
+	}
+	buf := make([]byte, len(chunk1))
+	if _, err := io.ReadFull(watch.Body, buf); err != nil {
+		t.Fatal(err)
+	}
+	if got := findStat(t, counter.Snapshot(), "watch", "pods", "").BytesReceived; got != int64(len(chunk1)) {
+		t.Errorf("watch bytes received mid-stream = %d, want %d", got, len(chunk1))
+	}
+	close(next)
+	rest, err := io.ReadAll(watch.Body)
+	if err != nil || string(rest) != chunk2 {
+		t.Fatalf("rest of watch = %q, %v", rest, err)
+	}
+	watch.Body.Close()
+	watch.Body.Close() // closing twice counts down once
+	if got := counter.OpenWatches(); got != 0 {
+		t.Errorf("OpenWatches() = %d after the watch closed, want 0", got)
+	}
+
+	stats := counter.Snapshot()
+	for _, tc := range []struct {
+		verb, resource, subresource string
+		count, sent, received       int64
+		errors                      int64
+		codes                       map[string]int64
+	}{
+		{"get", "pods", "", 6, 0, 3*100 + int64(len("not found\n")+len("too many requests\n")+len("internal error\n")), 2,
+			map[string]int64{"2xx": 3, "4xx": 2, "5xx": 1}},
+		{"patch", "pods", "status", 1, int64(len(patch)), int64(len(patch)), 0, map[string]int64{"2xx": 1}},
+		{"update", "leases", "", 1, 10, 10, 0, map[string]int64{"2xx": 1}},
+		{"create", "events", "", 1, int64(len(event)), int64(len(event)), 0, map[string]int64{"2xx": 1}},
+		{"watch", "pods", "", 1, 0, int64(len(chunk1) + len(chunk2)), 0, map[string]int64{"2xx": 1}},
+	} {
+		s := findStat(t, stats, tc.verb, tc.resource, tc.subresource)
+		if s.Count != tc.count || s.BytesSent != tc.sent || s.BytesReceived != tc.received || s.Errors != tc.errors {
+			t.Errorf("%s %s/%s: count %d sent %d received %d errors %d; want %d %d %d %d",
+				tc.verb, tc.resource, tc.subresource, s.Count, s.BytesSent, s.BytesReceived, s.Errors,
+				tc.count, tc.sent, tc.received, tc.errors)
+		}
+		if !mapsEqual(s.Codes, tc.codes) {
+			t.Errorf("%s %s/%s: codes %v, want %v", tc.verb, tc.resource, tc.subresource, s.Codes, tc.codes)
+		}
+		h, err := DecodeHistogram(s.Histogram)
+		if err != nil {
+			t.Fatalf("%s %s: decoding latency histogram: %v", tc.verb, tc.resource, err)
+		}
+		if h.TotalCount() != tc.count {
+			t.Errorf("%s %s/%s: %d latencies recorded, want %d", tc.verb, tc.resource, tc.subresource, h.TotalCount(), tc.count)
+		}
+		// A loopback round trip takes tens of microseconds at least.
+		if s.P50Ms <= 0 || s.P99Ms < s.P50Ms {
+			t.Errorf("%s %s/%s: p50 %v ms, p99 %v ms; want 0 < p50 <= p99", tc.verb, tc.resource, tc.subresource, s.P50Ms, s.P99Ms)
+		}
+	}
+	if got := findStat(t, stats, "update", "leases", "").Group; got != "coordination.k8s.io" {
+		t.Errorf("leases group = %q", got)
+	}
+
+	// Sorted by resource, subresource, verb.
+	var order []string
+	for _, s := range stats {
+		order = append(order, s.Verb+" "+s.Label())
+	}
+	want := []string{"create events", "update leases.coordination.k8s.io", "get pods", "watch pods", "patch pods/status"}
+	if strings.Join(order, ",") != strings.Join(want, ",") {
+		t.Errorf("order = %q, want %q", order, want)
+	}
+}
+
+func mapsEqual(a, b map[string]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// upgraded is a 101 response body: the connection itself.
+type upgraded struct{ io.ReadWriteCloser }
+
+func TestAPICounterTransportErrorsAndUpgrades(t *testing.T) {
+	counter := NewAPICounter()
+	failing := counter.Wrap(roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return nil, errors.New("connection refused")
+	}))
+	req := httptest.NewRequest("PUT", "http://apiserver/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", nil)
+	if _, err := failing.RoundTrip(req); err == nil {
+		t.Fatal("want the transport's error")
+	}
+	s := findStat(t, counter.Snapshot(), "update", "leases", "")
+	if s.Count != 1 || s.Errors != 1 || len(s.Codes) != 0 {
+		t.Errorf("failed request: count %d errors %d codes %v; want 1, 1, none", s.Count, s.Errors, s.Codes)
+	}
+	if h, _ := DecodeHistogram(s.Histogram); h.TotalCount() != 0 {
+		t.Errorf("a request without response recorded a latency")
+	}
+
+	conn := upgraded{}
+	upgrading := counter.Wrap(roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: http.StatusSwitchingProtocols, Body: conn}, nil
+	}))
+	resp, err := upgrading.RoundTrip(httptest.NewRequest("POST", "http://apiserver/api/v1/namespaces/default/pods/p1/exec", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := resp.Body.(io.ReadWriteCloser); !ok {
+		t.Errorf("a 101 response's body lost its io.Writer: %T", resp.Body)
+	}
+}
+
+// BenchmarkAPICounterRoundTrip measures what counting adds to a request: the
+// same canned response with and without the counter, from all cores at once,
+// on keys that already exist (the steady state of a fleet).
+func BenchmarkAPICounterRoundTrip(b *testing.B) {
+	payload := bytes.Repeat([]byte("x"), 512)
+	canned := roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(bytes.NewReader(payload))}, nil
+	})
+	paths := []struct{ method, url string }{
+		{"PUT", "http://apiserver/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1"},
+		{"PATCH", "http://apiserver/api/v1/nodes/n1/status"},
+		{"PATCH", "http://apiserver/api/v1/namespaces/default/pods/p1/status"},
+		{"GET", "http://apiserver/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&watch=true"},
+	}
+	reqs := make([]*http.Request, len(paths))
+	for i, p := range paths {
+		reqs[i] = httptest.NewRequest(p.method, p.url, nil)
+	}
+	buf := make([]byte, 1024)
+	for _, bc := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"bare", canned},
+		{"counted", NewAPICounter().Wrap(canned)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				buf := make([]byte, len(buf))
+				i := 0
+				for pb.Next() {
+					resp, err := bc.rt.RoundTrip(reqs[i%len(reqs)])
+					if err != nil {
+						b.Fatal(err)
+					}
+					for {
+						if _, err := resp.Body.Read(buf); err != nil {
+							break
+						}
+					}
+					resp.Body.Close()
+					i++
+				}
+			})
+		})
+	}
+}

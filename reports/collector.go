@@ -1,0 +1,254 @@
+package reports
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// numShards splits the per-pod map so that thousands of agents stamping
+// milestones at once rarely wait on the same lock. A power of two, so the
+// shard is picked with a mask.
+const numShards = 64
+
+// Collector implements Recorder: it keeps the first stamp of every milestone of
+// every pod, and at the end of a run turns them into phase histograms.
+//
+// Stamps are stored as offsets from a base time taken when the Collector is
+// made, rather than as time.Time values: 8 bytes instead of 24 per milestone,
+// and the difference of two offsets is exactly the difference of the two
+// times. When both times carry Go's monotonic reading (the real clock), the
+// offsets are monotonic; when they do not (a fake clock), they are wall-clock
+// differences, as time.Time.Sub would give. A pod stamped from both kinds of
+// clock gets a difference that is neither; the Recorder contract (one
+// clock.Clock) rules that out.
+//
+// Pods are never forgotten: each costs about 130 bytes here plus its UID
+// string, about 180 MB per million pods.
+type Collector struct {
+	base time.Time
+	seed maphash.Seed
+	// shards has a power-of-two length; mask is that length minus one.
+	shards []collectorShard
+	mask   uint64
+}
+
+type collectorShard struct {
+	mu   sync.Mutex
+	pods map[types.UID]*podStamps
+	// counts[m] is the number of pods in this shard that reached m, kept here
+	// under the shard lock rather than in one shared atomic, which every
+	// first stamp of every agent would otherwise contend on.
+	counts [numMilestones]int
+	// Keeps the hot fields of neighbouring shards off one cache line.
+	_ [64]byte
+}
+
+type podStamps struct {
+	set uint16 // bit m is set when at[m] holds a stamp
+	at  [numMilestones]time.Duration
+}
+
+// Stamps fit in the bitmask.
+var _ = [16 - numMilestones]struct{}{}
+
+// NewCollector returns an empty Collector.
+func NewCollector() *Collector {
+	return newCollector(numShards)
+}
+
+// newCollector lets a benchmark compare shard counts; shards must be a power
+// of two.
+func newCollector(shards int) *Collector {
+	c := &Collector{
+		base:   time.Now(),
+		seed:   maphash.MakeSeed(),
+		shards: make([]collectorShard, shards),
+		mask:   uint64(shards - 1),
+	}
+	for i := range c.shards {
+		c.shards[i].pods = make(map[types.UID]*podStamps)
+	}
+	return c
+}
+
+// Mark implements Recorder. Only the first stamp of m for a pod is kept, so
+// retries and resyncs do not move it. An unknown milestone or a zero time is a
+// programming error in the caller; it is dropped rather than allowed to panic
+// an agent or to poison every phase of the pod.
+func (c *Collector) Mark(pod types.UID, m Milestone, at time.Time) {
+	if m < 0 || m >= numMilestones || at.IsZero() {
+		return
+	}
+	offset := at.Sub(c.base)
+	s := &c.shards[maphash.String(c.seed, string(pod))&c.mask]
+	bit := uint16(1) << m
+
+	s.mu.Lock()
+	p := s.pods[pod]
+	if p == nil {
+		p = new(podStamps)
+		s.pods[pod] = p
+	}
+	if p.set&bit == 0 {
+		p.set |= bit
+		p.at[m] = offset
+		s.counts[m]++
+	}
+	s.mu.Unlock()
+}
+
+// Count returns the number of pods that reached m.
+func (c *Collector) Count(m Milestone) int {
+	if m < 0 || m >= numMilestones {
+		return 0
+	}
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		n += s.counts[m]
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// PodCounts returns the report's pod counts: pods created, seen Running by the
+// driver, deleted, and gone.
+func (c *Collector) PodCounts() PodCounts {
+	return PodCounts{
+		Created: c.Count(Created),
+		Running: c.Count(RunningObserved),
+		Deleted: c.Count(DeleteIssued),
+		Gone:    c.Count(Gone),
+	}
+}
+
+// PhaseSpec names the phase between two milestones of the same pod.
+type PhaseSpec struct {
+	Name     string
+	From, To Milestone
+}
+
+// DefaultPhases are the phases of a report, in the order a pod lives them.
+// Their names are part of the report schema: renaming one is a schema change.
+// Read-only.
+var DefaultPhases = []PhaseSpec{
+	{"create_to_scheduled", Created, Scheduled},
+	{"scheduled_to_agent_observed", Scheduled, AgentObserved},
+	{"agent_observed_to_running_reported", AgentObserved, RunningReported},
+	// The agent's inner steps, which add up to the phase above.
+	{"agent_observed_to_sandbox_ready", AgentObserved, SandboxReady},
+	{"sandbox_ready_to_containers_started", SandboxReady, ContainersStarted},
+	{"containers_started_to_running_reported", ContainersStarted, RunningReported},
+	{"running_reported_to_running_observed", RunningReported, RunningObserved},
+	{"running_reported_to_ready_reported", RunningReported, ReadyReported},
+	{"create_to_running_observed", Created, RunningObserved},
+	{"delete_to_gone", DeleteIssued, Gone},
+}
+
+// Phase is the distribution of one phase over the pods that have both of its
+// milestones.
+type Phase struct {
+	Name string
+	// Count is the number of pods recorded in Hist.
+	Count int
+	// Anomalies counts pods whose To stamp is before their From stamp: a
+	// caller stamped with the wrong clock or the wrong milestone. They are not
+	// in Hist, where they would hide among real values.
+	Anomalies int
+	// Overflows counts differences above Hist's range (1 h), recorded as 1 h.
+	Overflows int
+	// Hist holds the differences in microseconds, 1 µs to 1 h, 3 significant
+	// figures (see NewHistogram).
+	Hist *hdrhistogram.Histogram
+}
+
+// Phases builds one histogram per spec, in the order of specs, from the pods
+// that have both stamps of it. It may run while Marks continue; each shard is
+// then read at a slightly different moment, which only matters for pods
+// stamped meanwhile.
+func (c *Collector) Phases(specs []PhaseSpec) []Phase {
+	phases := make([]Phase, len(specs))
+	masks := make([]uint16, len(specs))
+	for i, sp := range specs {
+		phases[i] = Phase{Name: sp.Name, Hist: NewHistogram()}
+		if sp.From < 0 || sp.From >= numMilestones || sp.To < 0 || sp.To >= numMilestones {
+			continue // a mask of 0 matches no pod: the phase stays empty
+		}
+		masks[i] = 1<<sp.From | 1<<sp.To
+	}
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		for _, p := range s.pods {
+			for j, sp := range specs {
+				if masks[j] == 0 || p.set&masks[j] != masks[j] {
+					continue
+				}
+				ph := &phases[j]
+				d := p.at[sp.To] - p.at[sp.From]
+				if d < 0 {
+					ph.Anomalies++
+					continue
+				}
+				if recordMicros(ph.Hist, d) {
+					ph.Overflows++
+				}
+				ph.Count++
+			}
+		}
+		s.mu.Unlock()
+	}
+	return phases
+}
+
+// PhaseSummary is a phase as it stands in the report. Times are in
+// milliseconds with microsecond resolution, and carry HdrHistogram's error of
+// at most 0.1%. Histogram is the full distribution, so that reports of several
+// processes can be merged exactly (DecodeHistogram, then Merge).
+type PhaseSummary struct {
+	Name      string  `json:"name"`
+	Count     int     `json:"count"`
+	MinMs     float64 `json:"minMs"`
+	MeanMs    float64 `json:"meanMs"`
+	P50Ms     float64 `json:"p50Ms"`
+	P90Ms     float64 `json:"p90Ms"`
+	P99Ms     float64 `json:"p99Ms"`
+	MaxMs     float64 `json:"maxMs"`
+	Anomalies int     `json:"anomalies"`
+	Overflows int     `json:"overflows,omitempty"`
+	// Histogram is the HdrHistogram V2 compressed encoding, base64, values in
+	// microseconds (see NewHistogram).
+	Histogram string `json:"histogram"`
+}
+
+// Summary returns the phase as it stands in the report.
+func (p Phase) Summary() PhaseSummary {
+	st := statsOf(p.Hist)
+	return PhaseSummary{
+		Name:      p.Name,
+		Count:     p.Count,
+		MinMs:     st.min,
+		MeanMs:    st.mean,
+		P50Ms:     st.p50,
+		P90Ms:     st.p90,
+		P99Ms:     st.p99,
+		MaxMs:     st.max,
+		Anomalies: p.Anomalies,
+		Overflows: p.Overflows,
+		Histogram: encodeHistogram(p.Hist),
+	}
+}
+
+// Summaries returns the summaries of phases, in order, for Report.Phases.
+func Summaries(phases []Phase) []PhaseSummary {
+	out := make([]PhaseSummary, len(phases))
+	for i, p := range phases {
+		out[i] = p.Summary()
+	}
+	return out
+}

@@ -1,0 +1,67 @@
+package reports
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Milestone is one step of a pod's life, stamped where it happens: in the load
+// driver (create, watch) or in the node agent (observe, CRI, status patch).
+// Phases in a report are differences of two milestones of the same pod.
+type Milestone int
+
+const (
+	// Created: the driver's create call returned.
+	Created Milestone = iota
+	// Scheduled: the driver's watch first saw spec.nodeName set.
+	Scheduled
+	// AgentObserved: the node agent's pod watch first delivered the pod.
+	AgentObserved
+	// SandboxReady: RunPodSandbox returned.
+	SandboxReady
+	// ImagesPulled: every image the pod needs is present on the node.
+	ImagesPulled
+	// ContainersStarted: StartContainer returned for every app container.
+	ContainersStarted
+	// RunningReported: the agent's status patch with phase Running returned.
+	RunningReported
+	// ReadyReported: the agent's status patch with condition Ready=True returned.
+	ReadyReported
+	// RunningObserved: the driver's watch first saw phase Running.
+	RunningObserved
+	// DeleteIssued: the driver's delete call returned.
+	DeleteIssued
+	// Gone: the driver's watch saw the pod object removed.
+	Gone
+
+	numMilestones
+)
+
+var milestoneNames = [numMilestones]string{
+	"created", "scheduled", "agent_observed", "sandbox_ready", "images_pulled",
+	"containers_started", "running_reported", "ready_reported", "running_observed",
+	"delete_issued", "gone",
+}
+
+func (m Milestone) String() string {
+	if m < 0 || m >= numMilestones {
+		return "unknown"
+	}
+	return milestoneNames[m]
+}
+
+// Recorder receives milestones. Implementations must be safe for concurrent
+// use by thousands of agents and keep only the first stamp of a milestone per
+// pod, so that retries and resyncs do not move it. The time must come from the
+// caller's clock.Clock: with the real clock it carries Go's monotonic reading,
+// which is what makes in-process differences exact to the nanosecond.
+type Recorder interface {
+	Mark(pod types.UID, m Milestone, at time.Time)
+}
+
+// Discard is a Recorder that keeps nothing, for agents run without a report.
+type Discard struct{}
+
+// Mark implements Recorder.
+func (Discard) Mark(types.UID, Milestone, time.Time) {}

@@ -1,0 +1,156 @@
+package reports
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// SchemaVersion names the shape of report.json. Any change that a reader of
+// an older report would misread (a renamed field or phase, a changed unit)
+// needs a new version.
+const SchemaVersion = "fleetlet.io/v1alpha1"
+
+// Report is the result of one run, written as report.json. Field names are
+// lowerCamelCase; durations are milliseconds in float64 fields whose names end
+// in Ms.
+type Report struct {
+	SchemaVersion string    `json:"schemaVersion"`
+	Profile       string    `json:"profile"`
+	StartedAt     time.Time `json:"startedAt"`
+	FinishedAt    time.Time `json:"finishedAt"`
+	WallSeconds   float64   `json:"wallSeconds"`
+	Nodes         int       `json:"nodes"`
+	Pods          PodCounts `json:"pods"`
+	// Phases are in the order of the PhaseSpecs they were built from
+	// (normally DefaultPhases).
+	Phases []PhaseSummary `json:"phases"`
+	// API is the client-side view of the requests to the apiserver, as
+	// APICounter.Snapshot returns it.
+	API   []APIStat  `json:"api"`
+	Fleet FleetStats `json:"fleet"`
+	// Settings holds the agent settings that differ from the kubelet's
+	// defaults, by their KubeletConfiguration names.
+	Settings map[string]string `json:"settings,omitempty"`
+	// Errors says what went wrong during the run. A run that fails still
+	// writes its report, with what it measured until then.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// PodCounts are the numbers of pods that reached the load driver's
+// milestones.
+type PodCounts struct {
+	Created int `json:"created"`
+	Running int `json:"running"`
+	Deleted int `json:"deleted"`
+	Gone    int `json:"gone"`
+}
+
+// FleetStats is the cost of the fleet itself, measured in its own process.
+type FleetStats struct {
+	PeakRSSBytes int64   `json:"peakRSSBytes"`
+	Goroutines   int     `json:"goroutines"`
+	CPUSeconds   float64 `json:"cpuSeconds"`
+}
+
+// WriteJSON writes r to path, creating its directory. The write is atomic: a
+// temporary file in the same directory is written, synced and renamed over
+// path, so a reader (or a crash) never sees half a report. The schemaVersion
+// written is always SchemaVersion, whatever r holds: the document has this
+// package's shape.
+func WriteJSON(path string, r *Report) (err error) {
+	doc := *r
+	doc.SchemaVersion = SchemaVersion
+	// Empty lists as [], not null, so that jq and other readers of a run that
+	// stopped early need no special case.
+	if doc.Phases == nil {
+		doc.Phases = []PhaseSummary{}
+	}
+	if doc.API == nil {
+		doc.API = []APIStat{}
+	}
+	data, err := json.MarshalIndent(&doc, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding report for %s: %w", path, err)
+	}
+	data = append(data, '\n')
+
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("writing report: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("writing report: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
+		return fmt.Errorf("writing report %s: %w", tmp.Name(), err)
+	}
+	// CreateTemp makes the file 0600; a report is for everyone to read.
+	if err = tmp.Chmod(0o644); err != nil {
+		return fmt.Errorf("writing report %s: %w", tmp.Name(), err)
+	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("writing report %s: %w", tmp.Name(), err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("writing report %s: %w", tmp.Name(), err)
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing report: %w", err)
+	}
+	// Sync the directory so that the rename itself survives a crash. Some
+	// filesystems cannot sync a directory; the report is written either way.
+	if d, derr := os.Open(dir); derr == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// ReadJSON reads a report written by WriteJSON. It refuses a document of
+// another schemaVersion, or none, rather than misread it.
+func ReadJSON(path string) (*Report, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading report: %w", err)
+	}
+	var head struct {
+		SchemaVersion *string `json:"schemaVersion"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("reading report %s: not a JSON object: %w", path, err)
+	}
+	switch {
+	case head.SchemaVersion == nil || *head.SchemaVersion == "":
+		return nil, fmt.Errorf("reading report %s: no schemaVersion, so it is not a fleetlet report", path)
+	case *head.SchemaVersion != SchemaVersion:
+		return nil, &SchemaVersionError{Path: path, Got: *head.SchemaVersion}
+	}
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("reading report %s: %w", path, err)
+	}
+	return &r, nil
+}
+
+// SchemaVersionError is returned by ReadJSON for a report of a schema this
+// build does not read; callers that compare reports across releases can find
+// it with errors.As.
+type SchemaVersionError struct {
+	Path string
+	Got  string
+}
+
+func (e *SchemaVersionError) Error() string {
+	return fmt.Sprintf("reading report %s: schemaVersion %q is not supported (this fleetlet reads %q); use the fleetlet release that wrote it",
+		e.Path, e.Got, SchemaVersion)
+}
