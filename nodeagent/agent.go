@@ -1,0 +1,332 @@
+// Package nodeagent is one node's kubelet, small: it registers the Node,
+// renews its Lease, reports node status, watches the pods bound to the node
+// and runs them through CRI with the kubelet's loops (pod workers, PLEG,
+// status manager). Sub-packages hold one kubelet responsibility each; this
+// package only wires them together.
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/component-helpers/apimachinery/lease"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
+	"github.com/fleetlet/fleetlet/nodeagent/nodestatus"
+	"github.com/fleetlet/fleetlet/nodeagent/pleg"
+	"github.com/fleetlet/fleetlet/nodeagent/podworkers"
+	"github.com/fleetlet/fleetlet/nodeagent/status"
+	"github.com/fleetlet/fleetlet/reports"
+)
+
+// KubeletVersion is the version the agent reports in status.nodeInfo: that of
+// the control plane it is built against, so version-skew checks pass.
+const KubeletVersion = "v1.37.2"
+
+// The kubelet's lease constants.
+const (
+	leaseNamespace = corev1.NamespaceNodeLease
+	// renewIntervalFraction of the lease duration is the renew interval:
+	// 10 s for the default 40 s lease.
+	renewIntervalFraction = 0.25
+)
+
+// Agent is one node's kubelet.
+type Agent struct {
+	cfg Config
+
+	runtimeName string
+	runtime     *kuberuntime.Manager
+	statuses    *status.Manager
+	pleg        *pleg.Generic
+	workers     *podworkers.PodWorkers
+	nodeLister  cache.Indexer
+
+	mu      sync.Mutex
+	pods    map[types.UID]*corev1.Pod
+	podCIDR string
+}
+
+// New validates cfg and returns an Agent ready to Run.
+func New(cfg Config) (*Agent, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Agent{cfg: cfg, pods: map[types.UID]*corev1.Pod{}}, nil
+}
+
+// Name is the agent's node name.
+func (a *Agent) Name() string { return a.cfg.NodeName }
+
+// Run registers the node and runs every loop until ctx ends. It returns an
+// error only if the agent could not start; once started, failures are retried
+// as the kubelet retries them.
+func (a *Agent) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("node", a.cfg.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+	cfg := &a.cfg
+	kc := cfg.Kubelet
+
+	ver, err := cfg.Runtime.Version(ctx, "v1")
+	if err != nil {
+		return fmt.Errorf("node %s: the CRI runtime did not answer Version: %w; check that its endpoint is up", cfg.NodeName, err)
+	}
+	a.runtimeName = ver.RuntimeName
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	events := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.NodeName})
+
+	a.runtime = kuberuntime.NewManager(kuberuntime.Config{
+		Runtime: cfg.Runtime, Images: cfg.Images, Events: events, Recorder: cfg.Recorder, Clock: cfg.Clock,
+		SerializeImagePulls: ptr.Deref(kc.SerializeImagePulls, true),
+	})
+	a.statuses = status.NewManager(status.Config{Client: cfg.Client, Clock: cfg.Clock, Recorder: cfg.Recorder})
+	a.pleg = pleg.NewGeneric(cfg.Runtime, cfg.Clock, pleg.RelistPeriod)
+
+	capacity := cfg.Capacity.DeepCopy()
+	if _, ok := capacity[corev1.ResourcePods]; !ok {
+		capacity[corev1.ResourcePods] = *resourceQuantity(int64(kc.MaxPods))
+	}
+	nodeStatus := nodestatus.NewManager(nodestatus.Config{
+		Identity: nodestatus.Identity{
+			Name: cfg.NodeName, IP: cfg.NodeIP, Labels: cfg.Labels, Taints: cfg.Taints, Capacity: capacity,
+			KubeletVersion: KubeletVersion, RuntimeVersion: ver.RuntimeName + "://" + ver.RuntimeVersion,
+		},
+		Client:          cfg.Client,
+		Clock:           cfg.Clock,
+		GetNode:         a.getNode,
+		RuntimeState:    a.runtimeState,
+		UpdateFrequency: kc.NodeStatusUpdateFrequency.Duration,
+		ReportFrequency: kc.NodeStatusReportFrequency.Duration,
+	})
+	if err := nodeStatus.Register(ctx); err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	goRun := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+
+	nodeInformer := a.newNodeInformer()
+	a.nodeLister = nodeInformer.GetIndexer()
+	goRun(nodeInformer.RunWithContext)
+	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.HasSynced) {
+		return ctx.Err()
+	}
+
+	leaseDuration := time.Duration(kc.NodeLeaseDurationSeconds) * time.Second
+	leaseController := lease.NewController(cfg.Clock, cfg.Client, cfg.NodeName, kc.NodeLeaseDurationSeconds, nil,
+		time.Duration(float64(leaseDuration)*renewIntervalFraction), cfg.NodeName, leaseNamespace, a.setNodeOwner)
+	goRun(leaseController.Run)
+	goRun(nodeStatus.Run)
+	goRun(a.statuses.Run)
+	goRun(a.pleg.Run)
+
+	a.workers = podworkers.New(ctx, a, cfg.Clock)
+	defer a.workers.Wait()
+	podInformer := a.newPodInformer()
+	goRun(podInformer.RunWithContext)
+	goRun(a.syncLoop)
+	logger.V(2).Info("Node agent started")
+	<-ctx.Done()
+	return nil
+}
+
+// syncLoop turns PLEG events into pod syncs, the kubelet's syncLoopIteration
+// for its plegCh.
+func (a *Agent) syncLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-a.pleg.Watch():
+			if pod := a.pod(e.ID); pod != nil {
+				a.workers.UpdatePod(pod)
+			}
+		}
+	}
+}
+
+func (a *Agent) newNodeInformer() cache.SharedIndexInformer {
+	nodes := a.cfg.Client.CoreV1().Nodes()
+	selector := fields.OneTermEqualSelector(metav1.ObjectNameField, a.cfg.NodeName).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return nodes.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return nodes.Watch(ctx, o)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, a.cfg.Client), &corev1.Node{}, 0, cache.Indexers{})
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { a.onNode(obj.(*corev1.Node)) },
+		UpdateFunc: func(_, obj any) { a.onNode(obj.(*corev1.Node)) },
+	})
+	return inf
+}
+
+// onNode passes the pod CIDR the controller-manager allocated to the runtime,
+// as the kubelet's updatePodCIDR does; the runtime's network hands out pod
+// IPs from it.
+func (a *Agent) onNode(node *corev1.Node) {
+	cidr := node.Spec.PodCIDR
+	a.mu.Lock()
+	changed := cidr != "" && cidr != a.podCIDR
+	if changed {
+		a.podCIDR = cidr
+	}
+	a.mu.Unlock()
+	if !changed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := a.cfg.Runtime.UpdateRuntimeConfig(ctx, &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: cidr}})
+	if err != nil {
+		klog.Background().Error(err, "Failed to update pod CIDR in the runtime", "node", a.cfg.NodeName, "podCIDR", cidr)
+		a.mu.Lock()
+		a.podCIDR = ""
+		a.mu.Unlock()
+	}
+}
+
+func (a *Agent) newPodInformer() cache.SharedIndexInformer {
+	// The kubelet's pod source: every pod bound to this node, in any namespace.
+	pods := a.cfg.Client.CoreV1().Pods(metav1.NamespaceAll)
+	selector := fields.OneTermEqualSelector("spec.nodeName", a.cfg.NodeName).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return pods.Watch(ctx, o)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, a.cfg.Client), &corev1.Pod{}, 0, cache.Indexers{})
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			pod := obj.(*corev1.Pod)
+			a.cfg.Recorder.Mark(pod.UID, reports.AgentObserved, a.cfg.Clock.Now())
+			a.setPod(pod)
+			a.workers.UpdatePod(pod)
+		},
+		UpdateFunc: func(_, obj any) {
+			pod := obj.(*corev1.Pod)
+			a.setPod(pod)
+			a.workers.UpdatePod(pod)
+		},
+		DeleteFunc: func(obj any) {
+			pod, ok := obj.(*corev1.Pod)
+			if !ok {
+				tomb, ok := obj.(cache.DeletedFinalStateUnknown)
+				if !ok {
+					return
+				}
+				if pod, ok = tomb.Obj.(*corev1.Pod); !ok {
+					return
+				}
+			}
+			a.mu.Lock()
+			delete(a.pods, pod.UID)
+			a.mu.Unlock()
+			a.workers.KillPod(pod)
+			a.workers.Forget(pod.UID)
+			a.statuses.Forget(pod.UID)
+		},
+	})
+	return inf
+}
+
+func (a *Agent) setPod(pod *corev1.Pod) {
+	a.mu.Lock()
+	a.pods[pod.UID] = pod
+	a.mu.Unlock()
+}
+
+func (a *Agent) pod(uid types.UID) *corev1.Pod {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pods[uid]
+}
+
+func (a *Agent) getNode() (*corev1.Node, error) {
+	obj, ok, err := a.nodeLister.GetByKey(a.cfg.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("node %q not found in the informer cache", a.cfg.NodeName)
+	}
+	return obj.(*corev1.Node), nil
+}
+
+// setNodeOwner makes the Node own its Lease, as the kubelet does, so the
+// garbage collector removes the Lease with the Node.
+func (a *Agent) setNodeOwner(l *coordinationv1.Lease) error {
+	if len(l.OwnerReferences) > 0 {
+		return nil
+	}
+	node, err := a.getNode()
+	if err != nil {
+		return err
+	}
+	l.OwnerReferences = []metav1.OwnerReference{{
+		APIVersion: corev1.SchemeGroupVersion.WithKind("Node").Version,
+		Kind:       "Node",
+		Name:       node.Name,
+		UID:        node.UID,
+	}}
+	return nil
+}
+
+// runtimeState folds the runtime's status and the PLEG's health into the
+// node's readiness, with the kubelet's messages.
+func (a *Agent) runtimeState(ctx context.Context) nodestatus.RuntimeState {
+	resp, err := a.cfg.Runtime.Status(ctx, false)
+	if err != nil {
+		return nodestatus.RuntimeState{Message: fmt.Sprintf("container runtime is down: %v", err)}
+	}
+	for _, c := range resp.GetStatus().GetConditions() {
+		if !c.Status {
+			switch c.Type {
+			case runtimeapi.RuntimeReady:
+				return nodestatus.RuntimeState{Message: fmt.Sprintf("container runtime status check failed: %s: %s", c.Reason, c.Message)}
+			case runtimeapi.NetworkReady:
+				return nodestatus.RuntimeState{Message: fmt.Sprintf("container runtime network not ready: NetworkReady=false reason:%s message:%s", c.Reason, c.Message)}
+			}
+		}
+	}
+	if ok, err := a.pleg.Healthy(); !ok {
+		return nodestatus.RuntimeState{Message: fmt.Sprintf("PLEG is not healthy: %v", err)}
+	}
+	return nodestatus.RuntimeState{Ready: true}
+}

@@ -1,0 +1,112 @@
+package nodestatus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	nodeutil "k8s.io/component-helpers/node/util"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+func equalStatus(a, b *corev1.NodeStatus) bool { return apiequality.Semantic.DeepEqual(a, b) }
+
+// Config wires a Manager.
+type Config struct {
+	Identity Identity
+	Client   kubernetes.Interface
+	Clock    clock.WithTicker
+	// GetNode reads the node from the agent's node informer: since 1.31 the
+	// kubelet no longer GETs its Node on every status update.
+	GetNode func() (*corev1.Node, error)
+	// RuntimeState asks the CRI runtime for its status.
+	RuntimeState    func(ctx context.Context) RuntimeState
+	UpdateFrequency time.Duration
+	ReportFrequency time.Duration
+}
+
+// Manager registers the node and keeps its status current.
+type Manager struct {
+	cfg          Config
+	lastReported time.Time
+	// lastStatus is the status last posted; comparing against it rather than
+	// the informer's copy avoids posting again before the watch catches up.
+	lastStatus *corev1.NodeStatus
+}
+
+// NewManager returns a Manager for cfg.
+func NewManager(cfg Config) *Manager { return &Manager{cfg: cfg} }
+
+// Register creates the Node, retrying with the kubelet's backoff (100 ms
+// doubling to 7 s) until it succeeds or ctx ends. A Node that already exists
+// is adopted, as a kubelet restarting on the same machine does.
+func (m *Manager) Register(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 7 * time.Second}
+	var lastErr error
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		node := InitialNode(m.cfg.Identity, m.cfg.Clock.Now())
+		_, err := m.cfg.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			return true, nil
+		}
+		lastErr = err
+		logger.V(2).Info("Unable to register node with API server", "err", err)
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("registering node %s: %w (last error: %v)", m.cfg.Identity.Name, err, lastErr)
+	}
+	logger.V(2).Info("Successfully registered node")
+	return nil
+}
+
+// Run updates the status every UpdateFrequency until ctx ends. The first
+// update happens at once, so a fresh node turns Ready without waiting.
+func (m *Manager) Run(ctx context.Context) {
+	ticker := m.cfg.Clock.NewTicker(m.cfg.UpdateFrequency)
+	defer ticker.Stop()
+	for {
+		if err := m.SyncNodeStatus(ctx); err != nil {
+			klog.FromContext(ctx).V(2).Info("Error updating node status, will retry", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
+}
+
+// SyncNodeStatus computes the status and posts it if it changed or the report
+// interval has passed.
+func (m *Manager) SyncNodeStatus(ctx context.Context) error {
+	node, err := m.cfg.GetNode()
+	if err != nil {
+		return fmt.Errorf("node %s not in the informer cache yet: %w", m.cfg.Identity.Name, err)
+	}
+	now := m.cfg.Clock.Now()
+	updated := node.DeepCopy()
+	if m.lastStatus != nil {
+		// Start from what we last sent: the informer may lag behind it.
+		updated.Status = *m.lastStatus.DeepCopy()
+	}
+	SetStatus(updated, m.cfg.Identity, m.cfg.RuntimeState(ctx), now)
+	if m.lastStatus != nil && !Changed(m.lastStatus, &updated.Status) && now.Sub(m.lastReported) < m.cfg.ReportFrequency {
+		return nil
+	}
+	if _, _, err := nodeutil.PatchNodeStatus(m.cfg.Client.CoreV1(), types.NodeName(node.Name), node, updated); err != nil {
+		return err
+	}
+	m.lastReported = now
+	m.lastStatus = updated.Status.DeepCopy()
+	return nil
+}

@@ -1,0 +1,168 @@
+// Package nodestatus registers a node agent's Node and keeps its status: it
+// computes the status every nodeStatusUpdateFrequency and posts it when it
+// changed or when nodeStatusReportFrequency has passed, as the kubelet does.
+package nodestatus
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"net"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// KubeletPort is where a node's kubelet API listens, advertised in
+// status.daemonEndpoints; every emulated node has its own IP, so all share it.
+const KubeletPort = 10250
+
+// Identity is what a node says about itself and does not change while it runs.
+type Identity struct {
+	Name     string
+	IP       net.IP
+	Labels   map[string]string
+	Taints   []corev1.Taint
+	Capacity corev1.ResourceList
+	// Reserved is subtracted from Capacity to give Allocatable, as
+	// systemReserved and kubeReserved do on a real kubelet.
+	Reserved corev1.ResourceList
+	// KubeletVersion and RuntimeVersion fill status.nodeInfo; RuntimeVersion
+	// reads like the kubelet's "<runtime name>://<version>".
+	KubeletVersion string
+	RuntimeVersion string
+}
+
+// RuntimeState is what the last CRI Status call said about the runtime.
+type RuntimeState struct {
+	Ready   bool
+	Message string
+}
+
+// InitialNode is the object the agent creates to register, as the kubelet's
+// initialNode: well-known labels, registration taints, and a first status.
+func InitialNode(id Identity, now time.Time) *corev1.Node {
+	labels := map[string]string{
+		corev1.LabelHostname:   id.Name,
+		corev1.LabelOSStable:   "linux",
+		corev1.LabelArchStable: "amd64",
+	}
+	for k, v := range id.Labels {
+		labels[k] = v
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   id.Name,
+			Labels: labels,
+			Annotations: map[string]string{
+				// The attach-detach controller manages volumes, as on every kubelet
+				// since 1.x; without it kube-controller-manager logs about the node.
+				"volumes.kubernetes.io/controller-managed-attach-detach": "true",
+			},
+		},
+		Spec: corev1.NodeSpec{Taints: id.Taints},
+	}
+	SetStatus(node, id, RuntimeState{Ready: false, Message: "container runtime status check may not have completed yet"}, now)
+	return node
+}
+
+// SetStatus computes node.Status in place from the node's identity and its
+// runtime's state, keeping each condition's lastTransitionTime unless its
+// status flips. It is a pure function of its arguments so it can be tested
+// with a table and no clock.
+func SetStatus(node *corev1.Node, id Identity, rt RuntimeState, now time.Time) {
+	st := &node.Status
+	st.Capacity = id.Capacity.DeepCopy()
+	st.Allocatable = allocatable(id.Capacity, id.Reserved)
+	st.Addresses = []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: id.IP.String()},
+		{Type: corev1.NodeHostName, Address: id.Name},
+	}
+	st.DaemonEndpoints = corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: KubeletPort}}
+	st.NodeInfo = nodeInfo(id)
+
+	ready := corev1.NodeCondition{
+		Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+		Reason: "KubeletReady", Message: "kubelet is posting ready status",
+	}
+	if !rt.Ready {
+		ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "KubeletNotReady", rt.Message
+	}
+	// The pressure conditions stay False until the eviction manager exists
+	// (issue 4); their reasons and messages are the kubelet's.
+	conds := []corev1.NodeCondition{
+		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory", Message: "kubelet has sufficient memory available"},
+		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", Message: "kubelet has no disk pressure"},
+		{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID", Message: "kubelet has sufficient PID available"},
+		ready,
+	}
+	for _, c := range conds {
+		setCondition(st, c, now)
+	}
+}
+
+// setCondition replaces or appends c, stamping the heartbeat with now and
+// keeping the previous transition time when the status did not change.
+func setCondition(st *corev1.NodeStatus, c corev1.NodeCondition, now time.Time) {
+	t := metav1.NewTime(now)
+	c.LastHeartbeatTime = t
+	c.LastTransitionTime = t
+	for i := range st.Conditions {
+		if st.Conditions[i].Type != c.Type {
+			continue
+		}
+		if st.Conditions[i].Status == c.Status {
+			c.LastTransitionTime = st.Conditions[i].LastTransitionTime
+		}
+		st.Conditions[i] = c
+		return
+	}
+	st.Conditions = append(st.Conditions, c)
+}
+
+func allocatable(capacity, reserved corev1.ResourceList) corev1.ResourceList {
+	out := capacity.DeepCopy()
+	for name, r := range reserved {
+		q, ok := out[name]
+		if !ok {
+			continue
+		}
+		q.Sub(r)
+		if q.Sign() < 0 {
+			q.Set(0)
+		}
+		out[name] = q
+	}
+	return out
+}
+
+// nodeInfo derives stable machine identifiers from the node name, so that a
+// node keeps them across restarts of the fleet, as a machine does.
+func nodeInfo(id Identity) corev1.NodeSystemInfo {
+	sum := sha256.Sum256([]byte(id.Name))
+	uuid := fmt.Sprintf("%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
+	return corev1.NodeSystemInfo{
+		MachineID:               fmt.Sprintf("%x", sum[:16]),
+		SystemUUID:              uuid,
+		BootID:                  uuid,
+		KernelVersion:           "fleetlet",
+		OSImage:                 "fleetlet emulated node",
+		OperatingSystem:         "linux",
+		Architecture:            "amd64",
+		ContainerRuntimeVersion: id.RuntimeVersion,
+		KubeletVersion:          id.KubeletVersion,
+	}
+}
+
+// Changed reports whether two statuses differ in anything but heartbeat
+// times: the kubelet posts a status that only moves heartbeats no more often
+// than nodeStatusReportFrequency.
+func Changed(old, updated *corev1.NodeStatus) bool {
+	a, b := old.DeepCopy(), updated.DeepCopy()
+	for _, st := range []*corev1.NodeStatus{a, b} {
+		for i := range st.Conditions {
+			st.Conditions[i].LastHeartbeatTime = metav1.Time{}
+		}
+	}
+	return !equalStatus(a, b)
+}

@@ -1,0 +1,179 @@
+package pleg
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	internalapi "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
+)
+
+// The kubelet's generic PLEG settings.
+const (
+	// RelistPeriod is how often the runtime is listed.
+	RelistPeriod = time.Second
+	// RelistThreshold is how stale the last relist may be before the PLEG,
+	// and with it the node, is unhealthy.
+	RelistThreshold = 3 * time.Minute
+	// channelCapacity bounds events waiting for the sync loop; the kubelet
+	// uses 1000 and drops (and counts) events beyond it.
+	channelCapacity = 1000
+)
+
+type containerState int
+
+const (
+	stateNonExistent containerState = iota
+	stateRunning
+	stateExited
+	stateUnknown
+)
+
+// Generic lists every sandbox and container each period and diffs them with
+// the previous list.
+type Generic struct {
+	runtime internalapi.RuntimeService
+	clock   clock.WithTicker
+	period  time.Duration
+	events  chan *Event
+
+	// last maps pod UID to its containers' states at the previous relist.
+	last map[types.UID]map[string]containerState
+
+	mu         sync.Mutex
+	lastRelist time.Time
+}
+
+// NewGeneric returns a generic PLEG relisting every period.
+func NewGeneric(runtime internalapi.RuntimeService, clk clock.WithTicker, period time.Duration) *Generic {
+	return &Generic{
+		runtime: runtime, clock: clk, period: period,
+		events: make(chan *Event, channelCapacity),
+		last:   map[types.UID]map[string]containerState{},
+	}
+}
+
+// Watch implements PodLifecycleEventGenerator.
+func (g *Generic) Watch() <-chan *Event { return g.events }
+
+// Healthy implements PodLifecycleEventGenerator.
+func (g *Generic) Healthy() (bool, error) {
+	g.mu.Lock()
+	last := g.lastRelist
+	g.mu.Unlock()
+	if last.IsZero() {
+		return true, nil
+	}
+	if elapsed := g.clock.Since(last); elapsed > RelistThreshold {
+		return false, fmt.Errorf("pleg was last seen active %v ago; threshold is %v", elapsed, RelistThreshold)
+	}
+	return true, nil
+}
+
+// Run relists until ctx ends.
+func (g *Generic) Run(ctx context.Context) {
+	ticker := g.clock.NewTicker(g.period)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+		if err := g.Relist(ctx); err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).V(2).Info("GenericPLEG: unable to relist", "err", err)
+		}
+	}
+}
+
+// Relist lists the runtime once and emits an event for every container whose
+// state changed since the previous relist.
+func (g *Generic) Relist(ctx context.Context) error {
+	start := g.clock.Now()
+	containers, err := g.runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{})
+	if err != nil {
+		return fmt.Errorf("listing containers: %w", err)
+	}
+	g.mu.Lock()
+	g.lastRelist = start
+	g.mu.Unlock()
+
+	current := make(map[types.UID]map[string]containerState, len(g.last))
+	for _, c := range containers {
+		uid := kuberuntime.UID(c.Labels)
+		if uid == "" {
+			continue
+		}
+		if current[uid] == nil {
+			current[uid] = map[string]containerState{}
+		}
+		current[uid][c.Id] = convertState(c.State)
+	}
+	for uid, now := range current {
+		before := g.last[uid]
+		for id, st := range now {
+			g.emit(ctx, uid, id, before[id], st)
+		}
+		for id, st := range before {
+			if _, ok := now[id]; !ok {
+				g.emit(ctx, uid, id, st, stateNonExistent)
+			}
+		}
+	}
+	for uid, before := range g.last {
+		if _, ok := current[uid]; ok {
+			continue
+		}
+		for id, st := range before {
+			g.emit(ctx, uid, id, st, stateNonExistent)
+		}
+	}
+	g.last = current
+	return nil
+}
+
+func (g *Generic) emit(ctx context.Context, uid types.UID, id string, from, to containerState) {
+	if from == to {
+		return
+	}
+	var t EventType
+	switch to {
+	case stateRunning:
+		t = ContainerStarted
+	case stateExited:
+		t = ContainerDied
+	case stateNonExistent:
+		if from == stateExited {
+			t = ContainerRemoved
+		} else {
+			// Gone without being seen to exit: the kubelet reports it died.
+			t = ContainerDied
+		}
+	default:
+		t = ContainerChanged
+	}
+	select {
+	case g.events <- &Event{ID: uid, Type: t, Data: id}:
+	default:
+		klog.FromContext(ctx).Error(nil, "Event channel is full, discard this relist() cycle event", "podUID", uid, "type", t)
+	}
+}
+
+func convertState(s runtimeapi.ContainerState) containerState {
+	switch s {
+	case runtimeapi.ContainerState_CONTAINER_RUNNING:
+		return stateRunning
+	case runtimeapi.ContainerState_CONTAINER_EXITED:
+		return stateExited
+	default:
+		// The kubelet treats a created-but-not-started container as unknown.
+		return stateUnknown
+	}
+}

@@ -1,0 +1,214 @@
+// Package podworkers runs one serialized worker per pod, as the kubelet's
+// podWorkers: updates for a pod are coalesced to the newest, a pod is never
+// synced twice at once, and it moves one way from syncing to terminating to
+// terminated.
+package podworkers
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Syncer is what a worker calls; the agent implements it.
+type Syncer interface {
+	// SyncPod brings a running pod towards its spec.
+	SyncPod(ctx context.Context, pod *corev1.Pod) error
+	// SyncTerminatingPod stops the pod's containers within the grace period.
+	SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, gracePeriod int64) error
+	// SyncTerminatedPod cleans up after the containers stopped.
+	SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error
+}
+
+// BackOffPeriod is how long a worker waits to retry a failed sync, the
+// kubelet's backOffPeriod.
+const BackOffPeriod = 10 * time.Second
+
+type state int
+
+const (
+	syncing state = iota
+	terminating
+	terminated
+)
+
+type worker struct {
+	pod      *corev1.Pod
+	state    state
+	pending  bool
+	wake     chan struct{}
+	retry    clock.Timer
+	finished chan struct{}
+}
+
+// PodWorkers owns the workers of one node.
+type PodWorkers struct {
+	syncer Syncer
+	clock  clock.WithTickerAndDelayedExecution
+	ctx    context.Context
+
+	mu      sync.Mutex
+	workers map[types.UID]*worker
+	wg      sync.WaitGroup
+}
+
+// New returns PodWorkers whose goroutines live until ctx ends.
+func New(ctx context.Context, syncer Syncer, clk clock.WithTickerAndDelayedExecution) *PodWorkers {
+	return &PodWorkers{syncer: syncer, clock: clk, ctx: ctx, workers: map[types.UID]*worker{}}
+}
+
+// UpdatePod hands the newest version of a pod to its worker, starting one if
+// needed. A pod with a deletion timestamp moves the worker to terminating.
+func (p *PodWorkers) UpdatePod(pod *corev1.Pod) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w, ok := p.workers[pod.UID]
+	if !ok {
+		w = &worker{wake: make(chan struct{}, 1), finished: make(chan struct{})}
+		p.workers[pod.UID] = w
+		p.wg.Add(1)
+		go p.run(pod.UID, w)
+	}
+	if w.state == terminated {
+		return
+	}
+	w.pod = pod
+	if pod.DeletionTimestamp != nil && w.state == syncing {
+		w.state = terminating
+	}
+	w.pending = true
+	signal(w.wake)
+}
+
+// KillPod terminates a pod that disappeared from the API server without a
+// graceful deletion (a force delete): grace period 0.
+func (p *PodWorkers) KillPod(pod *corev1.Pod) {
+	pod = pod.DeepCopy()
+	if pod.DeletionTimestamp == nil {
+		now := p.clock.Now()
+		pod.DeletionTimestamp = &metav1.Time{Time: now}
+		pod.DeletionGracePeriodSeconds = new(int64)
+	}
+	p.UpdatePod(pod)
+}
+
+// Forget removes a terminated pod's worker; it is called when the pod is gone
+// from the API server. A worker still terminating finishes first.
+func (p *PodWorkers) Forget(uid types.UID) {
+	p.mu.Lock()
+	w, ok := p.workers[uid]
+	p.mu.Unlock()
+	if !ok {
+		return
+	}
+	go func() {
+		<-w.finished
+		p.mu.Lock()
+		if p.workers[uid] == w {
+			delete(p.workers, uid)
+		}
+		p.mu.Unlock()
+	}()
+}
+
+// IsTerminated reports whether the pod's worker has finished terminating.
+func (p *PodWorkers) IsTerminated(uid types.UID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w, ok := p.workers[uid]
+	return ok && w.state == terminated
+}
+
+// Wait blocks until every worker goroutine has returned (after ctx ends).
+func (p *PodWorkers) Wait() { p.wg.Wait() }
+
+func (p *PodWorkers) run(uid types.UID, w *worker) {
+	defer p.wg.Done()
+	defer close(w.finished)
+	logger := klog.FromContext(p.ctx).WithValues("podUID", uid)
+	for {
+		select {
+		case <-p.ctx.Done():
+			p.stopRetry(w)
+			return
+		case <-w.wake:
+		}
+		p.mu.Lock()
+		if !w.pending {
+			p.mu.Unlock()
+			continue
+		}
+		w.pending = false
+		pod, st := w.pod, w.state
+		p.mu.Unlock()
+
+		ctx := klog.NewContext(p.ctx, logger.WithValues("pod", klog.KObj(pod)))
+		var err error
+		switch st {
+		case syncing:
+			err = p.syncer.SyncPod(ctx, pod)
+		case terminating:
+			err = p.syncer.SyncTerminatingPod(ctx, pod, gracePeriod(pod))
+			if err == nil {
+				err = p.syncer.SyncTerminatedPod(ctx, pod)
+			}
+			if err == nil {
+				p.mu.Lock()
+				w.state = terminated
+				p.mu.Unlock()
+				p.stopRetry(w)
+				return
+			}
+		}
+		if err != nil && p.ctx.Err() == nil {
+			logger.V(2).Info("Error syncing pod, skipping", "err", err)
+			p.retryAfter(w, BackOffPeriod)
+		}
+	}
+}
+
+// retryAfter schedules another sync of the worker's newest pod.
+func (p *PodWorkers) retryAfter(w *worker, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w.retry != nil {
+		w.retry.Stop()
+	}
+	w.retry = p.clock.AfterFunc(d, func() {
+		p.mu.Lock()
+		w.pending = true
+		p.mu.Unlock()
+		signal(w.wake)
+	})
+}
+
+func (p *PodWorkers) stopRetry(w *worker) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w.retry != nil {
+		w.retry.Stop()
+	}
+}
+
+func gracePeriod(pod *corev1.Pod) int64 {
+	if pod.DeletionGracePeriodSeconds != nil {
+		return *pod.DeletionGracePeriodSeconds
+	}
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		return *pod.Spec.TerminationGracePeriodSeconds
+	}
+	return corev1.DefaultTerminationGracePeriodSeconds
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
