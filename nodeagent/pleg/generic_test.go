@@ -1,0 +1,94 @@
+package pleg
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/fleetlet/fleetlet/fakeruntime"
+)
+
+func drain(g *Generic) []Event {
+	var out []Event
+	for {
+		select {
+		case e := <-g.Watch():
+			out = append(out, *e)
+		default:
+			return out
+		}
+	}
+}
+
+func TestRelistEmitsContainerTransitions(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Now())
+	rt := fakeruntime.New(fakeruntime.Config{Clock: clk, PreloadedImages: []string{"busybox"}})
+	if err := rt.UpdateRuntimeConfig(ctx, &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: "10.64.0.0/24"}}); err != nil {
+		t.Fatal(err)
+	}
+	g := NewGeneric(rt, clk, RelistPeriod)
+	labels := map[string]string{"io.kubernetes.pod.uid": "u1"}
+	sbConfig := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u1"}, Labels: labels}
+	sb, err := rt.RunPodSandbox(ctx, sbConfig, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := rt.CreateContainer(ctx, sb, &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: "busybox"}, Labels: labels,
+	}, sbConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	steps := []struct {
+		name   string
+		action func() error
+		want   []EventType
+	}{
+		{"created, which the kubelet counts as unknown", func() error { return nil }, []EventType{ContainerChanged}},
+		{"started", func() error { return rt.StartContainer(ctx, id) }, []EventType{ContainerStarted}},
+		{"nothing changed", func() error { return nil }, nil},
+		{"stopped", func() error { return rt.StopContainer(ctx, id, 0) }, []EventType{ContainerDied}},
+		{"removed", func() error { return rt.RemoveContainer(ctx, id) }, []EventType{ContainerRemoved}},
+	}
+	for _, s := range steps {
+		if err := s.action(); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if err := g.Relist(ctx); err != nil {
+			t.Fatalf("%s: relist: %v", s.name, err)
+		}
+		got := drain(g)
+		if len(got) != len(s.want) {
+			t.Fatalf("%s: events %v, want types %v", s.name, got, s.want)
+		}
+		for i, e := range got {
+			if e.Type != s.want[i] || e.ID != "u1" || e.Data != id {
+				t.Errorf("%s: event %+v, want %s for pod u1 container %s", s.name, e, s.want[i], id)
+			}
+		}
+	}
+}
+
+func TestHealthyTurnsFalseWhenRelistStalls(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	g := NewGeneric(fakeruntime.New(fakeruntime.Config{Clock: clk}), clk, RelistPeriod)
+	if ok, _ := g.Healthy(); !ok {
+		t.Fatal("unhealthy before the first relist")
+	}
+	if err := g.Relist(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(RelistThreshold)
+	if ok, err := g.Healthy(); !ok {
+		t.Fatalf("unhealthy at exactly the threshold: %v", err)
+	}
+	clk.Step(time.Second)
+	if ok, err := g.Healthy(); ok || err == nil {
+		t.Fatal("still healthy after the relist threshold passed")
+	}
+}

@@ -1,0 +1,164 @@
+package podworkers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// syncer records calls; a call can be held until released, to observe what
+// arrives while a sync is in flight.
+type syncer struct {
+	mu       sync.Mutex
+	calls    []string
+	inFlight int
+	maxInFl  int
+	hold     chan struct{}
+	failures int
+}
+
+func (s *syncer) record(call string) error {
+	s.mu.Lock()
+	s.calls = append(s.calls, call)
+	s.inFlight++
+	if s.inFlight > s.maxInFl {
+		s.maxInFl = s.inFlight
+	}
+	hold := s.hold
+	fail := s.failures > 0
+	if fail {
+		s.failures--
+	}
+	s.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
+	s.mu.Lock()
+	s.inFlight--
+	s.mu.Unlock()
+	if fail {
+		return errors.New("injected failure")
+	}
+	return nil
+}
+
+func (s *syncer) SyncPod(_ context.Context, pod *corev1.Pod) error {
+	return s.record("sync:" + pod.ResourceVersion)
+}
+func (s *syncer) SyncTerminatingPod(_ context.Context, pod *corev1.Pod, grace int64) error {
+	return s.record(fmt.Sprintf("terminating:%s:%d", pod.ResourceVersion, grace))
+}
+func (s *syncer) SyncTerminatedPod(_ context.Context, pod *corev1.Pod) error {
+	return s.record("terminated:" + pod.ResourceVersion)
+}
+
+func (s *syncer) snapshot() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.calls...)
+}
+
+func pod(rv string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1", ResourceVersion: rv}}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	}); err != nil {
+		t.Fatalf("timed out waiting until %s", what)
+	}
+}
+
+func newWorkers(t *testing.T, s *syncer) (*PodWorkers, *clocktesting.FakeClock) {
+	ctx, cancel := context.WithCancel(context.Background())
+	clk := clocktesting.NewFakeClock(time.Now())
+	p := New(ctx, s, clk)
+	t.Cleanup(func() { cancel(); p.Wait() })
+	return p, clk
+}
+
+func TestUpdatesCoalesceWhileSyncing(t *testing.T) {
+	s := &syncer{hold: make(chan struct{})}
+	p, _ := newWorkers(t, s)
+	p.UpdatePod(pod("1"))
+	waitFor(t, "the first sync starts", func() bool { return len(s.snapshot()) == 1 })
+	// Three updates while the first sync runs: only the newest is synced next.
+	p.UpdatePod(pod("2"))
+	p.UpdatePod(pod("3"))
+	p.UpdatePod(pod("4"))
+	close(s.hold)
+	waitFor(t, "the newest update is synced", func() bool { return len(s.snapshot()) == 2 })
+	if got := s.snapshot(); got[0] != "sync:1" || got[1] != "sync:4" {
+		t.Errorf("calls = %v, want [sync:1 sync:4]", got)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.maxInFl != 1 {
+		t.Errorf("%d syncs of one pod ran at once, want 1", s.maxInFl)
+	}
+}
+
+func TestDeletionTerminatesOnce(t *testing.T) {
+	s := &syncer{}
+	p, _ := newWorkers(t, s)
+	p.UpdatePod(pod("1"))
+	deleted := pod("2")
+	deleted.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	deleted.DeletionGracePeriodSeconds = new(int64)
+	*deleted.DeletionGracePeriodSeconds = 30
+	p.UpdatePod(deleted)
+	waitFor(t, "the pod is terminated", func() bool { return p.IsTerminated("u1") })
+	// Updates after termination are ignored: a terminated pod never runs again.
+	p.UpdatePod(pod("3"))
+	got := s.snapshot()
+	want := []string{"terminating:2:30", "terminated:2"}
+	if len(got) < 2 || got[len(got)-2] != want[0] || got[len(got)-1] != want[1] {
+		t.Errorf("calls = %v, want them to end with %v", got, want)
+	}
+	for _, c := range got {
+		if c == "sync:3" {
+			t.Errorf("a terminated pod was synced again: %v", got)
+		}
+	}
+}
+
+func TestFailedSyncRetriesAfterBackOff(t *testing.T) {
+	s := &syncer{failures: 1}
+	p, clk := newWorkers(t, s)
+	p.UpdatePod(pod("1"))
+	waitFor(t, "the failing sync ran and armed its retry", func() bool { return len(s.snapshot()) == 1 && clk.HasWaiters() })
+	clk.Step(BackOffPeriod - time.Millisecond)
+	if n := len(s.snapshot()); n != 1 {
+		t.Fatalf("retried before the back-off period: %d calls", n)
+	}
+	clk.Step(time.Millisecond)
+	waitFor(t, "the retry", func() bool { return len(s.snapshot()) == 2 })
+}
+
+func TestForceDeleteKillsWithZeroGrace(t *testing.T) {
+	if g := gracePeriod(&corev1.Pod{}); g != corev1.DefaultTerminationGracePeriodSeconds {
+		t.Errorf("default grace = %d", g)
+	}
+	s := &syncer{}
+	p, _ := newWorkers(t, s)
+	p.UpdatePod(pod("1"))
+	p.KillPod(pod("1"))
+	waitFor(t, "the pod is terminated", func() bool { return p.IsTerminated("u1") })
+	found := false
+	for _, c := range s.snapshot() {
+		found = found || c == "terminating:1:0"
+	}
+	if !found {
+		t.Errorf("calls = %v, want a termination with grace 0", s.snapshot())
+	}
+}
