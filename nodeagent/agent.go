@@ -235,7 +235,12 @@ func (a *Agent) newPodInformer() cache.SharedIndexInformer {
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			pod := obj.(*corev1.Pod)
-			a.cfg.Recorder.Mark(pod.UID, reports.AgentObserved, a.cfg.Clock.Now())
+			now := a.cfg.Clock.Now()
+			// A pod in this watch is bound to the node: if the agent sees the
+			// binding before the driver's watch does, it is the first to
+			// observe the scheduling (the Recorder keeps the first stamp).
+			a.cfg.Recorder.Mark(pod.UID, reports.Scheduled, now)
+			a.cfg.Recorder.Mark(pod.UID, reports.AgentObserved, now)
 			a.setPod(pod)
 			a.workers.UpdatePod(pod)
 		},

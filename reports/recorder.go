@@ -12,9 +12,10 @@ import (
 type Milestone int
 
 const (
-	// Created: the driver's create call returned.
+	// Created: the driver sent the create call (stamped once it returns the UID).
 	Created Milestone = iota
-	// Scheduled: the driver's watch first saw spec.nodeName set.
+	// Scheduled: a watch first saw spec.nodeName set: the driver's, or the
+	// node agent's when it delivers the pod first.
 	Scheduled
 	// AgentObserved: the node agent's pod watch first delivered the pod.
 	AgentObserved
@@ -24,13 +25,15 @@ const (
 	ImagesPulled
 	// ContainersStarted: StartContainer returned for every app container.
 	ContainersStarted
-	// RunningReported: the agent's status patch with phase Running returned.
+	// RunningReported: the agent sent the status patch with phase Running
+	// (the attempt that succeeded).
 	RunningReported
-	// ReadyReported: the agent's status patch with condition Ready=True returned.
+	// ReadyReported: the agent sent the status patch with Ready=True (the
+	// attempt that succeeded).
 	ReadyReported
 	// RunningObserved: the driver's watch first saw phase Running.
 	RunningObserved
-	// DeleteIssued: the driver's delete call returned.
+	// DeleteIssued: the driver sent the delete call (that succeeded).
 	DeleteIssued
 	// Gone: the driver's watch saw the pod object removed.
 	Gone

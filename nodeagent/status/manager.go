@@ -180,15 +180,18 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *podEntry) (dele
 		if err != nil {
 			return false, err
 		}
+		// Stamped when the patch is sent, not when it returns: the API server
+		// may deliver the change to watchers before its response reaches us,
+		// and "reported" must never come after "observed".
+		sent := m.cfg.Clock.Now()
 		if _, err := pods.Patch(ctx, e.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 			return false, fmt.Errorf("patching status of pod %s/%s: %w", e.namespace, e.name, err)
 		}
-		now := m.cfg.Clock.Now()
 		if newStatus.Phase == corev1.PodRunning {
-			m.cfg.Recorder.Mark(uid, reports.RunningReported, now)
+			m.cfg.Recorder.Mark(uid, reports.RunningReported, sent)
 		}
 		if c := findCondition(newStatus.Conditions, corev1.PodReady); c != nil && c.Status == corev1.ConditionTrue {
-			m.cfg.Recorder.Mark(uid, reports.ReadyReported, now)
+			m.cfg.Recorder.Mark(uid, reports.ReadyReported, sent)
 		}
 	}
 	if !e.terminated || pod.DeletionTimestamp == nil {

@@ -1,0 +1,243 @@
+// Package fleet hosts many node agents in one process: it names them, gives
+// each its own loopback address, CRI endpoint, API client and client-side
+// limiter, starts them with jitter and stops them together.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
+	internalapi "k8s.io/cri-api/pkg/apis"
+	"k8s.io/klog/v2"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	"github.com/fleetlet/fleetlet/nodeagent"
+	"github.com/fleetlet/fleetlet/reports"
+)
+
+// NodePool is a group of identical nodes.
+type NodePool struct {
+	Name     string
+	Count    int
+	Capacity corev1.ResourceList
+	Labels   map[string]string
+	Taints   []corev1.Taint
+	// Kubelet overrides the kubelet defaults for this pool's agents.
+	Kubelet *kubeletconfig.KubeletConfiguration
+}
+
+// Runtime is one node's CRI endpoint; Close releases it when the agent stops.
+type Runtime struct {
+	Runtime internalapi.RuntimeService
+	Images  internalapi.ImageManagerService
+	Close   func() error
+}
+
+// Config describes a fleet.
+type Config struct {
+	Pools []NodePool
+	// NamePrefix starts every node name: "<prefix><pool>-<index>". Shards of
+	// one large fleet use different prefixes.
+	NamePrefix string
+	// FirstIP is the first node's InternalIP; each next node takes the next
+	// address. It must be a loopback address so nothing routes off the machine.
+	FirstIP netip.Addr
+	// ClientConfig returns the API credentials of a node: its own client
+	// certificate against our control plane, or a shared kubeconfig.
+	ClientConfig func(nodeName string) (*rest.Config, error)
+	// NewRuntime returns the CRI endpoint of a node.
+	NewRuntime func(nodeName string) (Runtime, error)
+	// WrapTransport wraps every agent's transport, to count API requests.
+	WrapTransport transport.WrapperFunc
+	Recorder      reports.Recorder
+	Clock         clock.WithTickerAndDelayedExecution
+	// StartJitter spreads agent starts uniformly over this window, so that a
+	// fleet does not register and renew its leases in lockstep.
+	StartJitter time.Duration
+	// Seed makes the start order and jitter replayable.
+	Seed uint64
+}
+
+// DefaultFirstIP leaves 127.0.0.1 to the control plane.
+var defaultFirstIP = netip.AddrFrom4([4]byte{127, 1, 0, 1})
+
+// Member is one agent of the fleet.
+type Member struct {
+	Name  string
+	IP    net.IP
+	Pool  string
+	agent *nodeagent.Agent
+	close func() error
+}
+
+// Fleet is a set of agents sharing one process.
+type Fleet struct {
+	cfg     Config
+	members []*Member
+}
+
+// New builds every agent of the fleet; nothing talks to the API server yet.
+func New(cfg Config) (*Fleet, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Recorder == nil {
+		cfg.Recorder = reports.Discard{}
+	}
+	if !cfg.FirstIP.IsValid() {
+		cfg.FirstIP = defaultFirstIP
+	}
+	if !cfg.FirstIP.IsLoopback() || !cfg.FirstIP.Is4() {
+		return nil, fmt.Errorf("fleet: first node IP %s is not an IPv4 loopback address; use one in 127.0.0.0/8", cfg.FirstIP)
+	}
+	if cfg.ClientConfig == nil || cfg.NewRuntime == nil {
+		return nil, errors.New("fleet: ClientConfig and NewRuntime must be set")
+	}
+	f := &Fleet{cfg: cfg}
+	ip := cfg.FirstIP
+	for _, pool := range cfg.Pools {
+		for i := range pool.Count {
+			if !ip.IsLoopback() {
+				f.close()
+				return nil, fmt.Errorf("fleet: ran out of loopback addresses at node %d of pool %s; start from a lower first IP", i, pool.Name)
+			}
+			m, err := f.newMember(pool, fmt.Sprintf("%s%s-%d", cfg.NamePrefix, pool.Name, i), net.IP(ip.AsSlice()))
+			if err != nil {
+				f.close()
+				return nil, err
+			}
+			f.members = append(f.members, m)
+			ip = ip.Next()
+		}
+	}
+	return f, nil
+}
+
+func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error) {
+	kc := nodeagent.DefaultKubeletConfiguration()
+	if pool.Kubelet != nil {
+		kc = pool.Kubelet.DeepCopy()
+	}
+	restCfg, err := f.cfg.ClientConfig(name)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: credentials for node %s: %w", name, err)
+	}
+	restCfg = rest.CopyConfig(restCfg)
+	// Each agent has its own limiter at the kubelet's QPS and burst, so that
+	// client-side throttling shows per node as on real nodes, not as one
+	// shared limiter that hides contention.
+	restCfg.QPS = float32(ptr.Deref(kc.KubeAPIQPS, 50))
+	restCfg.Burst = int(kc.KubeAPIBurst)
+	restCfg.UserAgent = "fleetlet/" + name
+	restCfg.ContentType = "application/vnd.kubernetes.protobuf"
+	if f.cfg.WrapTransport != nil {
+		restCfg.Wrap(f.cfg.WrapTransport)
+	}
+	// A dial function of its own keeps client-go from handing every agent
+	// with the same credentials one cached transport: each agent gets its own
+	// connection, as each kubelet has, and long-lived watches never queue
+	// behind one connection's HTTP/2 stream limit.
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	restCfg.Dial = dialer.DialContext
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: API client for node %s: %w", name, err)
+	}
+	rt, err := f.cfg.NewRuntime(name)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: CRI endpoint for node %s: %w", name, err)
+	}
+	agent, err := nodeagent.New(nodeagent.Config{
+		NodeName: name, NodeIP: ip, Capacity: pool.Capacity, Labels: withPoolLabel(pool), Taints: pool.Taints,
+		Kubelet: kc, Client: client, Runtime: rt.Runtime, Images: rt.Images,
+		Recorder: f.cfg.Recorder, Clock: f.cfg.Clock,
+	})
+	if err != nil {
+		if rt.Close != nil {
+			_ = rt.Close()
+		}
+		return nil, err
+	}
+	return &Member{Name: name, IP: ip, Pool: pool.Name, agent: agent, close: rt.Close}, nil
+}
+
+// PoolLabel names the pool a node belongs to.
+const PoolLabel = "fleetlet.io/pool"
+
+func withPoolLabel(pool NodePool) map[string]string {
+	labels := make(map[string]string, len(pool.Labels)+1)
+	for k, v := range pool.Labels {
+		labels[k] = v
+	}
+	labels[PoolLabel] = pool.Name
+	return labels
+}
+
+// Members returns the fleet's agents in start order.
+func (f *Fleet) Members() []*Member { return f.members }
+
+// NodeNames returns every node's name.
+func (f *Fleet) NodeNames() []string {
+	names := make([]string, len(f.members))
+	for i, m := range f.members {
+		names[i] = m.Name
+	}
+	return names
+}
+
+// Run starts every agent, each after its jitter, and returns when ctx ends
+// and every agent has stopped. Agents that failed to start are reported
+// together; the others keep running until ctx ends.
+func (f *Fleet) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	rng := rand.New(rand.NewPCG(f.cfg.Seed, 0x666c656574))
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, m := range f.members {
+		delay := time.Duration(0)
+		if f.cfg.StartJitter > 0 {
+			delay = time.Duration(rng.Int64N(int64(f.cfg.StartJitter)))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.cfg.Clock.After(delay):
+			}
+			if err := m.agent.Run(ctx); err != nil {
+				logger.Error(err, "Node agent failed", "node", m.Name)
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	f.close()
+	return errors.Join(errs...)
+}
+
+func (f *Fleet) close() {
+	for _, m := range f.members {
+		if m.close != nil {
+			_ = m.close()
+		}
+	}
+}

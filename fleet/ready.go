@@ -1,0 +1,82 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+)
+
+// WaitForNodesReady blocks until every named node is Ready, as the API server
+// holds it, or timeout passes; the error then names how many are not Ready
+// and a few of them.
+func WaitForNodesReady(ctx context.Context, client kubernetes.Interface, names []string, timeout time.Duration) error {
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		want[n] = false
+	}
+	ready := 0
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = PoolLabel
+			return client.CoreV1().Nodes().List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = PoolLabel
+			return client.CoreV1().Nodes().Watch(ctx, o)
+		},
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := watchtools.UntilWithSync(ctx, cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Node{}, nil, func(e watch.Event) (bool, error) {
+		node, ok := e.Object.(*corev1.Node)
+		if !ok {
+			return false, nil
+		}
+		was, tracked := want[node.Name]
+		if !tracked {
+			return false, nil
+		}
+		now := e.Type != watch.Deleted && nodeReady(node)
+		if now != was {
+			want[node.Name] = now
+			if now {
+				ready++
+			} else {
+				ready--
+			}
+		}
+		return ready == len(want), nil
+	})
+	if err == nil {
+		return nil
+	}
+	var missing []string
+	for n, ok := range want {
+		if !ok {
+			missing = append(missing, n)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 5 {
+		missing = append(missing[:5], "...")
+	}
+	return fmt.Errorf("%d of %d nodes not Ready after %v: %v", len(want)-ready, len(want), timeout, missing)
+}
+
+func nodeReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,421 @@
+package loadprofiles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/fleetlet/fleetlet/reports"
+)
+
+// Labels the driver puts on every pod it creates, so that a run's pods can be
+// watched, listed and cleaned up by selector.
+const (
+	LabelRun   = "fleetlet.io/run"
+	LabelPhase = "fleetlet.io/phase"
+)
+
+// DefaultNamespace is where the driver creates pods unless told otherwise.
+const DefaultNamespace = "fleetlet-load"
+
+// Driver executes a profile's phases against the API server and stamps the
+// milestones it sees at the source: Created when a create call returns,
+// Scheduled and RunningObserved when its watch first sees them, DeleteIssued
+// when a delete call returns, Gone when its watch sees the pod removed.
+// A Driver may be reused; each Run is independent.
+type Driver struct {
+	Client   kubernetes.Interface
+	Recorder reports.Recorder // default reports.Discard{}
+	// Clock times milestones, rates, waits and sleeps. Default clock.RealClock{},
+	// whose readings carry Go's monotonic clock.
+	Clock clock.Clock
+	// Namespace is where pods are created; default DefaultNamespace. It is
+	// created if missing, labelled app.kubernetes.io/managed-by=fleetlet.
+	Namespace string
+	// Progress, if set, is called at most once per second during Run.
+	Progress func(Progress)
+}
+
+// Progress is a snapshot of a run. Counts are over the pods the run created.
+type Progress struct {
+	Phase string
+	// Created, Scheduled, Running and Gone count pods whose create returned,
+	// that the watch saw bound, Running, and removed.
+	Created, Scheduled, Running, Gone int
+	// Target is what the current phase works towards: the number of pods
+	// created once a create phase ends, the pods to see Running, deleted or
+	// gone; 0 for a sleep.
+	Target int
+}
+
+// progressInterval is how often Progress is called.
+const progressInterval = time.Second
+
+// watchSyncTimeout bounds the wait for the pod watch's first list: an API
+// server that refuses the list (RBAC, a wrong namespace) fails the run
+// instead of hanging it.
+const watchSyncTimeout = time.Minute
+
+// run is the state of one Driver.Run.
+type run struct {
+	d         *Driver
+	client    kubernetes.Interface
+	recorder  reports.Recorder
+	clock     clock.Clock
+	namespace string
+	id        string // the fleetlet.io/run label value
+	pods      *tracker
+}
+
+// Run executes p's phases in order and returns the first phase's error, which
+// names the phase. p must be defaulted and valid, as Load and Parse return it.
+// Cancelling ctx stops the run promptly and returns ctx.Err() wrapped with the
+// phase name. Pods are left in place when Run fails: they carry the run's
+// fleetlet.io/run label, which the log line at the start gives.
+func (d *Driver) Run(ctx context.Context, p *Profile) error {
+	if d.Client == nil {
+		return errors.New("load driver: Client is nil")
+	}
+	if err := p.Validate(); err != nil {
+		return withSource(err, p.Name)
+	}
+	r := &run{
+		d:         d,
+		client:    d.Client,
+		recorder:  d.Recorder,
+		clock:     d.Clock,
+		namespace: d.Namespace,
+		id:        utilrand.String(8),
+		pods:      newTracker(),
+	}
+	if r.recorder == nil {
+		r.recorder = reports.Discard{}
+	}
+	if r.clock == nil {
+		r.clock = clock.RealClock{}
+	}
+	if r.namespace == "" {
+		r.namespace = DefaultNamespace
+	}
+	logger := klog.FromContext(ctx).WithValues("profile", p.Name, "namespace", r.namespace, "run", r.id)
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Load run starting", "phases", len(p.Phases), "selector", LabelRun+"="+r.id)
+
+	if err := r.ensureNamespace(ctx); err != nil {
+		return err
+	}
+
+	// Everything started below stops when Run returns, so that no Mark and no
+	// Progress call happens after it.
+	bgCtx, stop := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	defer func() {
+		stop()
+		bg.Wait()
+	}()
+	if err := r.startWatch(bgCtx, &bg); err != nil {
+		return err
+	}
+	if d.Progress != nil {
+		bg.Go(func() { r.reportProgress(bgCtx) })
+	}
+
+	for i := range p.Phases {
+		ph := &p.Phases[i]
+		start := r.clock.Now()
+		err := r.runPhase(ctx, ph)
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return fmt.Errorf("phase %q: %w", ph.Name, ctxErr)
+		}
+		if err != nil {
+			return fmt.Errorf("phase %q: %w", ph.Name, err)
+		}
+		logger.V(2).Info("Load phase done", "phase", ph.Name, "duration", r.clock.Since(start), "progress", r.pods.progress())
+	}
+	logger.Info("Load run done", "progress", r.pods.progress())
+	return nil
+}
+
+func (r *run) runPhase(ctx context.Context, ph *Phase) error {
+	switch {
+	case ph.Create != nil:
+		return r.create(ctx, ph.Name, ph.Create)
+	case ph.WaitRunning != nil:
+		return r.waitRunning(ctx, ph.Name, ph.WaitRunning.Timeout.Duration)
+	case ph.Delete != nil:
+		return r.delete(ctx, ph.Name, ph.Delete.QPS)
+	case ph.WaitGone != nil:
+		return r.waitGone(ctx, ph.Name, ph.WaitGone.Timeout.Duration)
+	case ph.Sleep != nil:
+		return r.sleep(ctx, ph.Name, ph.Sleep.Duration.Duration)
+	}
+	return errors.New("phase has no action") // Validate rejects this first
+}
+
+// ensureNamespace creates the namespace if it is missing. An existing one is
+// used as it is, whoever made it.
+func (r *run) ensureNamespace(ctx context.Context) error {
+	namespaces := r.client.CoreV1().Namespaces()
+	_, err := namespaces.Get(ctx, r.namespace, metav1.GetOptions{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("checking namespace %s: %w", r.namespace, err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:   r.namespace,
+		Labels: map[string]string{"app.kubernetes.io/managed-by": "fleetlet"},
+	}}
+	if _, err := namespaces.Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", r.namespace, err)
+	}
+	return nil
+}
+
+// startWatch starts the run's one pod watch (an informer on the run's label,
+// no resync) and waits for its first list. Its handlers stamp Scheduled,
+// RunningObserved and Gone and wake the phases waiting on the tracker.
+func (r *run) startWatch(ctx context.Context, bg *sync.WaitGroup) error {
+	selector := LabelRun + "=" + r.id
+	informer := coreinformers.NewFilteredPodInformer(r.client, r.namespace, 0, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.LabelSelector = selector })
+	handle := func(obj any) {
+		pod, ok := obj.(*corev1.Pod)
+		// The selector is applied by the API server; checking it again
+		// keeps clients that ignore it (fakes) from leaking other pods in.
+		if !ok || pod.Labels[LabelRun] != r.id {
+			return
+		}
+		now := r.clock.Now()
+		scheduled, running := r.pods.observe(pod)
+		if scheduled {
+			r.recorder.Mark(pod.UID, reports.Scheduled, now)
+		}
+		if running {
+			r.recorder.Mark(pod.UID, reports.RunningObserved, now)
+		}
+	}
+	registration, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    handle,
+		UpdateFunc: func(_, obj any) { handle(obj) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj // the watch missed the delete; a relist found it gone
+			}
+			pod, ok := obj.(*corev1.Pod)
+			if !ok || pod.Labels[LabelRun] != r.id {
+				return
+			}
+			now := r.clock.Now()
+			if r.pods.observeGone(pod.UID) {
+				r.recorder.Mark(pod.UID, reports.Gone, now)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("watching pods in %s: %w", r.namespace, err)
+	}
+	bg.Go(func() { informer.RunWithContext(ctx) })
+
+	syncCtx, cancel := context.WithTimeout(ctx, watchSyncTimeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), registration.HasSynced) {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("starting the pod watch: %w", err)
+		}
+		return fmt.Errorf("the pod watch in namespace %s did not sync within %v: check that the API server is reachable and that this client may list and watch pods there",
+			r.namespace, watchSyncTimeout)
+	}
+	return nil
+}
+
+// reportProgress calls Progress once per interval of the run's clock.
+func (r *run) reportProgress(ctx context.Context) {
+	timer := r.clock.NewTimer(progressInterval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C():
+			r.d.Progress(r.pods.progress())
+			timer.Reset(progressInterval)
+		}
+	}
+}
+
+// create makes c.Count pods from the template at c.QPS. Calls run
+// concurrently, so that the rate holds while the API server is slow, but no
+// more than maxInFlight at once, so that a stalled server does not pile up
+// goroutines. Failed creates do not stop the phase; it reports them at the end.
+func (r *run) create(ctx context.Context, phase string, c *CreatePhase) error {
+	before := r.pods.progress().Created
+	r.pods.setPhase(phase, before+c.Count)
+	limiter := newClockLimiter(c.QPS, r.clock)
+	var g errgroup.Group
+	g.SetLimit(maxInFlight(c.QPS))
+	var failures failureCount
+	for range c.Count {
+		if limiter.Wait(ctx) != nil {
+			break // ctx ended; Run reports it
+		}
+		pod := r.podFor(phase, &c.Template)
+		g.Go(func() error {
+			// Stamped when the call is sent: the scheduler can bind the pod
+			// and a watch deliver it before the create response comes back.
+			sent := r.clock.Now()
+			created, err := r.client.CoreV1().Pods(r.namespace).Create(ctx, pod, metav1.CreateOptions{})
+			if err == nil && created.UID == "" {
+				err = fmt.Errorf("the API server returned pod %s/%s without a UID", created.Namespace, created.Name)
+			}
+			if err != nil {
+				failures.add(err)
+				return nil
+			}
+			r.recorder.Mark(created.UID, reports.Created, sent)
+			r.pods.created(created.UID, created.Namespace+"/"+created.Name)
+			return nil
+		})
+	}
+	_ = g.Wait() // the goroutines return nil; failures are counted instead
+	return failures.err("pod creates", c.Count)
+}
+
+// podFor builds one pod of a create phase from its template.
+func (r *run) podFor(phase string, t *corev1.PodTemplateSpec) *corev1.Pod {
+	meta := *t.ObjectMeta.DeepCopy()
+	meta.Name, meta.Namespace = "", r.namespace
+	meta.GenerateName = phase + "-"
+	if meta.Labels == nil {
+		meta.Labels = map[string]string{}
+	}
+	meta.Labels[LabelRun] = r.id
+	meta.Labels[LabelPhase] = phase
+	return &corev1.Pod{ObjectMeta: meta, Spec: *t.Spec.DeepCopy()}
+}
+
+// delete deletes every pod of the run not deleted yet, at qps: those it
+// created, and any its watch saw whose create call failed on the client's
+// side only. A pod already gone (NotFound) counts as deleted and gone.
+func (r *run) delete(ctx context.Context, phase string, qps float64) error {
+	refs := r.pods.toDelete()
+	r.pods.setPhase(phase, len(refs))
+	limiter := newClockLimiter(qps, r.clock)
+	var g errgroup.Group
+	g.SetLimit(maxInFlight(qps))
+	var failures failureCount
+	for _, ref := range refs {
+		if limiter.Wait(ctx) != nil {
+			break
+		}
+		g.Go(func() error {
+			// The UID precondition makes sure a pod of the same name made by
+			// someone else since is left alone.
+			sent := r.clock.Now()
+			err := r.client.CoreV1().Pods(ref.namespace).Delete(ctx, ref.name, metav1.DeleteOptions{
+				Preconditions: &metav1.Preconditions{UID: &ref.uid},
+			})
+			switch {
+			case err == nil:
+				r.recorder.Mark(ref.uid, reports.DeleteIssued, sent)
+				r.pods.deleting(ref.uid, false)
+			case apierrors.IsNotFound(err):
+				r.pods.deleting(ref.uid, true)
+			default:
+				failures.add(fmt.Errorf("deleting %s/%s: %w", ref.namespace, ref.name, err))
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return failures.err("pod deletes", len(refs))
+}
+
+// waitRunning blocks until the watch has seen every created pod Running.
+func (r *run) waitRunning(ctx context.Context, phase string, timeout time.Duration) error {
+	r.pods.setPhase(phase, r.pods.progress().Created)
+	timer := r.clock.NewTimer(timeout)
+	defer timer.Stop()
+	err := r.pods.wait(ctx, timer.C(), r.pods.allRunning)
+	if errors.Is(err, errWaitTimedOut) {
+		return r.pods.stragglers("Running", timeout,
+			func(p *podRecord) bool { return p.created },
+			func(p *podRecord) bool { return p.running })
+	}
+	return err
+}
+
+// waitGone blocks until the watch has seen every deleted pod removed.
+func (r *run) waitGone(ctx context.Context, phase string, timeout time.Duration) error {
+	r.pods.setPhase(phase, r.pods.deletingCount())
+	timer := r.clock.NewTimer(timeout)
+	defer timer.Stop()
+	err := r.pods.wait(ctx, timer.C(), r.pods.allGone)
+	if errors.Is(err, errWaitTimedOut) {
+		return r.pods.stragglers("gone", timeout,
+			func(p *podRecord) bool { return p.deleting },
+			func(p *podRecord) bool { return p.gone })
+	}
+	return err
+}
+
+func (r *run) sleep(ctx context.Context, phase string, d time.Duration) error {
+	r.pods.setPhase(phase, 0)
+	timer := r.clock.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// maxInFlight bounds concurrent calls of a phase: as many as one second of
+// calls at qps, so the rate holds while calls take up to a second, between 4
+// and 256 so that a slow server neither serialises a low rate nor piles up
+// goroutines at a high one.
+func maxInFlight(qps float64) int {
+	return int(min(max(math.Ceil(qps), 4), 256))
+}
+
+// failureCount counts failed API calls of a phase and keeps the first error.
+type failureCount struct {
+	mu    sync.Mutex
+	n     int
+	first error
+}
+
+func (f *failureCount) add(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	if f.first == nil {
+		f.first = err
+	}
+}
+
+// err is nil when nothing failed, else "N of M <what> failed; the first: ...".
+func (f *failureCount) err(what string, of int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d %s failed; the first: %w", f.n, of, what, f.first)
+}

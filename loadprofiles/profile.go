@@ -1,0 +1,132 @@
+package loadprofiles
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Profile is one load run: the fleet to emulate and the phases to execute
+// against it, in order.
+type Profile struct {
+	// Name identifies the profile in reports and on the command line.
+	Name string `json:"name"`
+	// Description is one human sentence shown in listings and reports.
+	Description string `json:"description,omitempty"`
+	// NodePools are the groups of identical emulated nodes; at least one.
+	NodePools []NodePool `json:"nodePools"`
+	// Runtime holds the fake runtime's default behaviour for every node.
+	Runtime RuntimeBehaviour `json:"runtime"`
+	// Phases run one after the other; the run stops at the first error.
+	Phases []Phase `json:"phases"`
+}
+
+// NodePool is Count identical nodes.
+type NodePool struct {
+	// Name is a DNS label, unique in the profile; the fleet derives node
+	// names from it.
+	Name string `json:"name"`
+	// Count is the number of nodes in the pool.
+	Count int `json:"count"`
+	// CPU and Memory are each node's capacity.
+	CPU    resource.Quantity `json:"cpu,omitempty"`
+	Memory resource.Quantity `json:"memory,omitempty"`
+	// Pods is the kubelet's maxPods, hence the node's pod capacity.
+	Pods int `json:"pods,omitempty"`
+	// Labels are extra node labels, on top of the kubelet's well-known ones.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Taints are registered with each node, as --register-with-taints does.
+	Taints []corev1.Taint `json:"taints,omitempty"`
+}
+
+// RuntimeBehaviour is the fake runtime's default timing for every node, in
+// Go duration strings. A zero duration means the step is instantaneous: it is
+// deliberately not defaulted, since "no latency" is a legitimate thing to ask
+// for and could not be written otherwise.
+type RuntimeBehaviour struct {
+	PullLatency            metav1.Duration `json:"pullLatency,omitempty"`
+	SandboxStartLatency    metav1.Duration `json:"sandboxStartLatency,omitempty"`
+	ContainerCreateLatency metav1.Duration `json:"containerCreateLatency,omitempty"`
+	ContainerStartLatency  metav1.Duration `json:"containerStartLatency,omitempty"`
+	StopLatency            metav1.Duration `json:"stopLatency,omitempty"`
+}
+
+// Phase is one step of the run. Exactly one action field is set.
+type Phase struct {
+	// Name is a DNS label; it prefixes the names of the pods the phase
+	// creates and is their fleetlet.io/phase label. Defaulted from the action.
+	Name string `json:"name,omitempty"`
+
+	Create      *CreatePhase `json:"create,omitempty"`
+	WaitRunning *WaitPhase   `json:"waitRunning,omitempty"`
+	Delete      *DeletePhase `json:"delete,omitempty"`
+	WaitGone    *WaitPhase   `json:"waitGone,omitempty"`
+	Sleep       *SleepPhase  `json:"sleep,omitempty"`
+}
+
+// CreatePhase creates Count pods from Template at QPS pods per second.
+type CreatePhase struct {
+	Count int     `json:"count"`
+	QPS   float64 `json:"qps,omitempty"`
+	// Template is the pod to stamp out. The driver sets generateName from
+	// the phase name, the namespace, and the fleetlet.io/run and
+	// fleetlet.io/phase labels; the template must not set them.
+	Template corev1.PodTemplateSpec `json:"template"`
+}
+
+// WaitPhase blocks until a condition holds for every pod the run made, or
+// Timeout passes.
+type WaitPhase struct {
+	Timeout metav1.Duration `json:"timeout,omitempty"`
+}
+
+// DeletePhase deletes every pod the run created and has not yet deleted, at
+// QPS deletions per second.
+type DeletePhase struct {
+	QPS float64 `json:"qps,omitempty"`
+}
+
+// SleepPhase waits for Duration, to let the fleet settle or idle.
+type SleepPhase struct {
+	Duration metav1.Duration `json:"duration"`
+}
+
+// TotalNodes is the number of nodes over all pools.
+func (p *Profile) TotalNodes() int {
+	n := 0
+	for _, pool := range p.NodePools {
+		n += pool.Count
+	}
+	return n
+}
+
+// action names the one action a phase carries, as spelled in YAML; "" when
+// none is set. With several set it returns the first, Validate reports them.
+func (ph *Phase) action() string {
+	names := ph.actions()
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
+}
+
+// actions lists the action fields that are set, in schema order.
+func (ph *Phase) actions() []string {
+	var names []string
+	if ph.Create != nil {
+		names = append(names, "create")
+	}
+	if ph.WaitRunning != nil {
+		names = append(names, "waitRunning")
+	}
+	if ph.Delete != nil {
+		names = append(names, "delete")
+	}
+	if ph.WaitGone != nil {
+		names = append(names, "waitGone")
+	}
+	if ph.Sleep != nil {
+		names = append(names, "sleep")
+	}
+	return names
+}

@@ -1,0 +1,287 @@
+package loadprofiles
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// validYAML is a small correct profile; the malformed cases edit one line.
+const validYAML = `name: test
+nodePools:
+  - name: default
+    count: 3
+    cpu: "4"
+runtime:
+  pullLatency: 200ms
+phases:
+  - name: create
+    create:
+      count: 10
+      qps: 5
+      template:
+        metadata: {labels: {app: test}}
+        spec:
+          containers:
+            - name: app
+              image: registry.k8s.io/pause:3.10
+              resources: {requests: {cpu: 10m, memory: 16Mi}}
+  - waitRunning: {timeout: 1m}
+  - delete: {}
+  - waitGone: {}
+  - sleep: {duration: 1s}
+`
+
+func TestParseValid(t *testing.T) {
+	p, err := Parse([]byte(validYAML), "test.yaml")
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	pool := p.NodePools[0]
+	if pool.Pods != DefaultPodsPerNode || pool.Memory.Cmp(resource.MustParse("32Gi")) != 0 || pool.CPU.Cmp(resource.MustParse("4")) != 0 {
+		t.Errorf("pool not defaulted as expected: pods %d cpu %s memory %s", pool.Pods, pool.CPU.String(), pool.Memory.String())
+	}
+	if got := p.TotalNodes(); got != 3 {
+		t.Errorf("TotalNodes = %d, want 3", got)
+	}
+	var names []string
+	for _, ph := range p.Phases {
+		names = append(names, ph.Name)
+	}
+	if got, want := strings.Join(names, ","), "create,wait-running,delete,wait-gone,sleep"; got != want {
+		t.Errorf("phase names = %s, want %s", got, want)
+	}
+	if got := p.Phases[2].Delete.QPS; got != DefaultQPS {
+		t.Errorf("delete qps = %v, want %v", got, DefaultQPS)
+	}
+	if got := p.Phases[1].WaitRunning.Timeout.Duration; got != time.Minute {
+		t.Errorf("waitRunning timeout = %v, want the profile's 1m", got)
+	}
+	if got := p.Phases[3].WaitGone.Timeout.Duration; got != DefaultWaitTimeout {
+		t.Errorf("waitGone timeout = %v, want the default %v", got, DefaultWaitTimeout)
+	}
+	if got := p.Runtime.PullLatency.Duration; got != 200*time.Millisecond {
+		t.Errorf("pullLatency = %v", got)
+	}
+	// The pod template's camelCase survives decoding: the reason profiles
+	// are not read through viper.
+	c := p.Phases[0].Create.Template.Spec.Containers[0]
+	if c.Resources.Requests.Memory().String() != "16Mi" {
+		t.Errorf("template requests lost: %v", c.Resources.Requests)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	const quantityRE = `quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'`
+	cases := []struct {
+		name     string
+		old, new string // replace old with new in validYAML
+		want     string
+	}{{
+		name: "unknown field",
+		old:  "    cpu: \"4\"\n", new: "    cpu: \"4\"\n    colour: red\n",
+		want: `profile test.yaml: unknown field "nodePools[0].colour"`,
+	}, {
+		name: "unknown field in the pod template",
+		old:  "              image: registry", new: "              imagePullPolcy: Always\n              image: registry",
+		want: `profile test.yaml: unknown field "phases[0].create.template.spec.containers[0].imagePullPolcy"`,
+	}, {
+		name: "keys are case-sensitive",
+		old:  "nodePools:", new: "nodepools:",
+		want: `profile test.yaml: unknown field "nodepools"`,
+	}, {
+		name: "bad quantity",
+		old:  `cpu: "4"`, new: `cpu: four`,
+		want: `profile test.yaml: nodePools[0].cpu: Invalid value: "four": ` + quantityRE,
+	}, {
+		name: "bad quantity in the pod template",
+		old:  "memory: 16Mi", new: "memory: 16MB",
+		want: `profile test.yaml: phases[0].create.template.spec.containers[0].resources.requests[memory]: Invalid value: "16MB": ` + quantityRE,
+	}, {
+		name: "wrong type",
+		old:  "count: 3", new: "count: three",
+		want: `profile test.yaml: nodePools[0].count: Invalid value: "three": must be an integer`,
+	}, {
+		name: "negative count",
+		old:  "count: 3", new: "count: -1",
+		want: `profile test.yaml: nodePools[0].count: Invalid value: -1: must be greater than zero`,
+	}, {
+		name: "negative create count",
+		old:  "count: 10", new: "count: -5",
+		want: `profile test.yaml: phases[0].create.count: Invalid value: -5: must be greater than zero`,
+	}, {
+		name: "negative qps",
+		old:  "qps: 5", new: "qps: -5",
+		want: `profile test.yaml: phases[0].create.qps: Invalid value: -5: must be greater than zero`,
+	}, {
+		name: "two actions in a phase",
+		old:  "  - waitRunning: {timeout: 1m}", new: "  - waitRunning: {timeout: 1m}\n    sleep: {duration: 1s}",
+		want: `profile test.yaml: phases[1].sleep: Forbidden: a phase has exactly one action, and this one already has waitRunning`,
+	}, {
+		name: "no action in a phase",
+		old:  "  - delete: {}", new: "  - name: nothing",
+		want: `profile test.yaml: phases[2]: Required value: a phase needs one action: create, waitRunning, delete, waitGone or sleep`,
+	}, {
+		name: "no containers",
+		old:  "          containers:\n            - name: app\n              image: registry.k8s.io/pause:3.10\n              resources: {requests: {cpu: 10m, memory: 16Mi}}\n",
+		new:  "          containers: []\n",
+		want: `profile test.yaml: phases[0].create.template.spec.containers: Required value: a pod needs at least one container`,
+	}, {
+		name: "container without image",
+		old:  "              image: registry.k8s.io/pause:3.10\n", new: "",
+		want: `profile test.yaml: phases[0].create.template.spec.containers[0].image: Required value`,
+	}, {
+		name: "template names its pods",
+		old:  "metadata: {labels: {app: test}}", new: "metadata: {name: mine}",
+		want: `profile test.yaml: phases[0].create.template.metadata.name: Forbidden: the driver names pods after the phase`,
+	}, {
+		name: "bad duration",
+		old:  "pullLatency: 200ms", new: "pullLatency: fast",
+		want: `profile test.yaml: runtime.pullLatency: Invalid value: "fast": time: invalid duration "fast"`,
+	}, {
+		name: "negative duration",
+		old:  "timeout: 1m", new: "timeout: -1m",
+		want: `profile test.yaml: phases[1].waitRunning.timeout: Invalid value: "-1m0s": must not be negative`,
+	}, {
+		name: "no node pools",
+		old:  "nodePools:\n  - name: default\n    count: 3\n    cpu: \"4\"\n", new: "",
+		want: `profile test.yaml: nodePools: Required value: at least one node pool is needed`,
+	}, {
+		name: "duplicate pool names",
+		old:  "runtime:", new: "  - {name: default, count: 1}\nruntime:",
+		want: `profile test.yaml: nodePools[1].name: Duplicate value: "default"`,
+	}, {
+		name: "pool name not a DNS label",
+		old:  "name: default", new: "name: Big_Pool",
+		want: `profile test.yaml: nodePools[0].name: Invalid value: "Big_Pool": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`,
+	}, {
+		name: "malformed YAML",
+		old:  "    count: 3\n", new: "    count: 3\n   bad: [\n",
+		want: `profile test.yaml: line 4: did not find expected '-' indicator`,
+	}, {
+		name: "duplicate key",
+		old:  "name: test\n", new: "name: test\nname: again\n",
+		want: `profile test.yaml: line 2: key "name" already set in map`,
+	}, {
+		name: "not a mapping",
+		old:  validYAML, new: "- just\n- a list\n",
+		want: `profile test.yaml: the document must be a mapping`,
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(validYAML, tc.old) {
+				t.Fatalf("test case edits text that is not in validYAML: %q", tc.old)
+			}
+			_, err := Parse([]byte(strings.Replace(validYAML, tc.old, tc.new, 1)), "test.yaml")
+			if err == nil {
+				t.Fatalf("Parse succeeded, want %q", tc.want)
+			}
+			if got := err.Error(); got != tc.want {
+				t.Errorf("error:\n got: %s\nwant: %s", got, tc.want)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error is not one line: %q", err.Error())
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryProblemOnItsOwnLine(t *testing.T) {
+	p, err := Parse([]byte(validYAML), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.NodePools[0].Count = -1
+	p.Phases[0].Create.QPS = 0
+	err = p.Validate()
+	want := "nodePools[0].count: Invalid value: -1: must be greater than zero\n" +
+		"phases[0].create.qps: Invalid value: 0: must be greater than zero"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Validate:\n got: %v\nwant: %s", err, want)
+	}
+	var fe *field.Error
+	if !errors.As(err, &fe) || fe.Field != "nodePools[0].count" {
+		t.Errorf("errors.As(*field.Error) = %v, want the first field error", fe)
+	}
+	if got, want := withSource(err, "x.yaml").Error(), "profile x.yaml has 2 problems:\n  "+strings.ReplaceAll(want, "\n", "\n  "); got != want {
+		t.Errorf("with source:\n got: %s\nwant: %s", got, want)
+	}
+}
+
+func TestBuiltins(t *testing.T) {
+	if got, want := strings.Join(BuiltinNames(), ","), "quickstart,smoke"; got != want {
+		t.Fatalf("BuiltinNames = %s, want %s", got, want)
+	}
+	for _, name := range BuiltinNames() {
+		p, err := Load(name)
+		if err != nil {
+			t.Fatalf("Load(%q): %v", name, err)
+		}
+		if p.Name != name {
+			t.Errorf("built-in %s is named %q inside", name, p.Name)
+		}
+	}
+
+	q, _ := Load("quickstart")
+	pool := q.NodePools[0]
+	if q.TotalNodes() != 100 || pool.CPU.String() != "8" || pool.Memory.String() != "32Gi" || pool.Pods != 110 {
+		t.Errorf("quickstart pool = %d nodes, %s cpu, %s memory, %d pods", q.TotalNodes(), pool.CPU.String(), pool.Memory.String(), pool.Pods)
+	}
+	wantPhases := []string{"create", "wait-running", "delete", "wait-gone"}
+	if len(q.Phases) != len(wantPhases) {
+		t.Fatalf("quickstart has %d phases, want %d", len(q.Phases), len(wantPhases))
+	}
+	for i, ph := range q.Phases {
+		if ph.Name != wantPhases[i] {
+			t.Errorf("quickstart phase %d = %s, want %s", i, ph.Name, wantPhases[i])
+		}
+	}
+	if c := q.Phases[0].Create; c.Count != 1000 || c.QPS != 50 {
+		t.Errorf("quickstart create = %d pods at %v/s", c.Count, c.QPS)
+	}
+	if w := q.Phases[1].WaitRunning; w.Timeout.Duration != 5*time.Minute {
+		t.Errorf("quickstart waitRunning timeout = %v", w.Timeout.Duration)
+	}
+	if d := q.Phases[2].Delete; d.QPS != 50 {
+		t.Errorf("quickstart delete qps = %v", d.QPS)
+	}
+
+	s, _ := Load("smoke")
+	if s.TotalNodes() != 20 || s.Phases[0].Create.Count != 200 || s.Phases[0].Create.QPS != 50 {
+		t.Errorf("smoke = %d nodes, %d pods at %v/s", s.TotalNodes(), s.Phases[0].Create.Count, s.Phases[0].Create.QPS)
+	}
+}
+
+func TestLoadUnknownName(t *testing.T) {
+	_, err := Load("nosuch")
+	want := `unknown profile "nosuch": the built-in profiles are quickstart, smoke; a path to a YAML profile works too`
+	if err == nil || err.Error() != want {
+		t.Fatalf("Load(nosuch) error:\n got: %v\nwant: %s", err, want)
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "mine.yaml")
+	if err := os.WriteFile(path, []byte(validYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(path)
+	if err != nil {
+		t.Fatalf("Load(%s): %v", path, err)
+	}
+	if p.Name != "test" {
+		t.Errorf("loaded profile %q", p.Name)
+	}
+
+	missing := filepath.Join(dir, "missing.yaml")
+	if _, err := Load(missing); err == nil || !strings.Contains(err.Error(), "reading profile: open "+missing) {
+		t.Errorf("Load(missing file) = %v", err)
+	}
+}

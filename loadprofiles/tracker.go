@@ -1,0 +1,309 @@
+package loadprofiles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// podRecord is what the run knows of one of its pods, from its own API calls
+// and from its watch. Either side may learn of a pod first: the watch can
+// deliver a pod before the create call that made it returns.
+type podRecord struct {
+	key string // namespace/name, from the create call or the watch
+
+	created     bool // the driver's create call returned
+	deleting    bool // the driver's delete call returned (or found it gone)
+	scheduled   bool // the watch saw spec.nodeName set
+	running     bool // the watch saw status.phase Running
+	gone        bool // the watch saw the pod removed, or delete found it gone
+	seen        bool // the watch delivered the pod at least once
+	terminating bool // the watch saw metadata.deletionTimestamp set
+
+	phase    corev1.PodPhase
+	nodeName string
+}
+
+// tracker holds the run's pods and counts, and wakes waiters when a count
+// changes. The created, scheduled, running and gone counts cover only pods
+// whose create call returned, so that "N of M" talks about pods the run knows
+// it made; the deleting counts cover every pod the run deleted.
+type tracker struct {
+	mu   sync.Mutex
+	pods map[types.UID]*podRecord
+	// order lists the pods in the order the run learnt of them, from its
+	// create calls or its watch. The watch also reports pods whose create
+	// call failed on the client's side (a timeout) but landed on the
+	// server's: they are not counted as created, but they are deleted.
+	order []types.UID
+
+	phase  string // current phase, for Progress
+	target int    // what the current phase is working towards, for Progress
+
+	nCreated, nScheduled, nRunning, nGone int
+	nDeleting, nDeletingGone              int
+
+	// changed is closed, and replaced, whenever a count changes: waiters
+	// block on it instead of polling.
+	changed chan struct{}
+}
+
+func newTracker() *tracker {
+	return &tracker{pods: map[types.UID]*podRecord{}, changed: make(chan struct{})}
+}
+
+// record returns uid's record, making it on first sight; key, when known,
+// names the pod.
+func (t *tracker) record(uid types.UID, key string) *podRecord {
+	r, ok := t.pods[uid]
+	if !ok {
+		r = &podRecord{}
+		t.pods[uid] = r
+	}
+	if r.key == "" && key != "" {
+		r.key = key
+		t.order = append(t.order, uid)
+	}
+	return r
+}
+
+// signal wakes every waiter; the caller holds t.mu.
+func (t *tracker) signal() {
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// observe takes a pod the watch delivered and reports which milestones it
+// shows for the first time.
+func (t *tracker) observe(pod *corev1.Pod) (scheduled, running bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.record(pod.UID, pod.Namespace+"/"+pod.Name)
+	r.seen = true
+	r.phase, r.nodeName = pod.Status.Phase, pod.Spec.NodeName
+	r.terminating = pod.DeletionTimestamp != nil
+	if pod.Spec.NodeName != "" && !r.scheduled {
+		r.scheduled, scheduled = true, true
+		if r.created {
+			t.nScheduled++
+		}
+	}
+	if pod.Status.Phase == corev1.PodRunning && !r.running {
+		r.running, running = true, true
+		if r.created {
+			t.nRunning++
+		}
+	}
+	if (scheduled || running) && r.created {
+		t.signal()
+	}
+	return scheduled, running
+}
+
+// observeGone takes a pod removal the watch delivered and reports whether it
+// is the first sign of it.
+func (t *tracker) observeGone(uid types.UID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.record(uid, "")
+	r.seen = true
+	first := !r.gone
+	t.setGone(r)
+	return first
+}
+
+// setGone marks r gone and keeps the counts; the caller holds t.mu.
+func (t *tracker) setGone(r *podRecord) {
+	if r.gone {
+		return
+	}
+	r.gone = true
+	if r.created {
+		t.nGone++
+	}
+	if r.deleting {
+		t.nDeletingGone++
+	}
+	t.signal()
+}
+
+// created records a pod whose create call returned.
+func (t *tracker) created(uid types.UID, key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.record(uid, key)
+	if r.created {
+		return
+	}
+	r.created = true
+	t.nCreated++
+	if r.scheduled {
+		t.nScheduled++
+	}
+	if r.running {
+		t.nRunning++
+	}
+	if r.gone {
+		t.nGone++
+	}
+	t.signal()
+}
+
+// deleting records a pod whose delete call returned; notFound says the API
+// server no longer had it, so it counts as gone without waiting for the watch.
+func (t *tracker) deleting(uid types.UID, notFound bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.record(uid, "")
+	if !r.deleting {
+		r.deleting = true
+		t.nDeleting++
+		if r.gone {
+			t.nDeletingGone++
+		}
+		t.signal()
+	}
+	if notFound {
+		t.setGone(r)
+	}
+}
+
+// podRef names a pod for an API call.
+type podRef struct {
+	uid       types.UID
+	namespace string
+	name      string
+}
+
+// toDelete lists the run's pods not yet deleted nor gone, oldest first.
+func (t *tracker) toDelete() []podRef {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var refs []podRef
+	for _, uid := range t.order {
+		if r := t.pods[uid]; !r.deleting && !r.gone {
+			ns, name, _ := strings.Cut(r.key, "/")
+			refs = append(refs, podRef{uid: uid, namespace: ns, name: name})
+		}
+	}
+	return refs
+}
+
+// setPhase names the phase and its target for Progress.
+func (t *tracker) setPhase(name string, target int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.phase, t.target = name, target
+}
+
+// deletingCount is the number of pods the run has deleted.
+func (t *tracker) deletingCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.nDeleting
+}
+
+func (t *tracker) progress() Progress {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return Progress{
+		Phase:     t.phase,
+		Created:   t.nCreated,
+		Scheduled: t.nScheduled,
+		Running:   t.nRunning,
+		Gone:      t.nGone,
+		Target:    t.target,
+	}
+}
+
+// errWaitTimedOut is returned by wait when timeout fires first.
+var errWaitTimedOut = errors.New("timed out")
+
+// wait blocks until done (called with t.mu held) is true, ctx ends, or
+// timeout fires. It wakes only when a count changes.
+func (t *tracker) wait(ctx context.Context, timeout <-chan time.Time, done func() bool) error {
+	for {
+		t.mu.Lock()
+		ok, changed := done(), t.changed
+		t.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			return errWaitTimedOut
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// allRunning is a wait condition: every created pod observed Running.
+func (t *tracker) allRunning() bool { return t.nRunning == t.nCreated }
+
+// allGone is a wait condition: every deleted pod observed gone.
+func (t *tracker) allGone() bool { return t.nDeletingGone == t.nDeleting }
+
+// straggleLimit is how many unfinished pods a timeout error names.
+const straggleLimit = 3
+
+// stragglers describes the pods that did not reach a state, for a timeout
+// error: "3 of 1000 pods not Running after 5m0s: ns/a (Pending, unscheduled), ...".
+// waitedFor selects the pods the wait is about, done those that got there;
+// both are called with t.mu held.
+func (t *tracker) stragglers(state string, after time.Duration, waitedFor, done func(*podRecord) bool) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	total, missing := 0, 0
+	var named []string
+	for _, uid := range t.order {
+		r := t.pods[uid]
+		if !waitedFor(r) {
+			continue
+		}
+		total++
+		if done(r) {
+			continue
+		}
+		missing++
+		if len(named) < straggleLimit {
+			named = append(named, fmt.Sprintf("%s (%s)", r.key, r.describe()))
+		}
+	}
+	list := strings.Join(named, ", ")
+	if missing > len(named) {
+		list += ", ..."
+	}
+	return fmt.Errorf("%d of %d pods not %s after %v: %s", missing, total, state, after, list)
+}
+
+// describe is a pod's state as the watch last saw it: phase, node, and
+// whether it is terminating.
+func (r *podRecord) describe() string {
+	if !r.seen {
+		return "not seen by the watch"
+	}
+	if r.gone {
+		return "gone"
+	}
+	phase := string(r.phase)
+	if phase == "" {
+		phase = string(corev1.PodPending) // what the API server defaults it to
+	}
+	node := r.nodeName
+	if node == "" {
+		node = "unscheduled"
+	}
+	s := phase + ", " + node
+	if r.terminating {
+		s += ", terminating"
+	}
+	return s
+}

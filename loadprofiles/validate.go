@@ -1,0 +1,268 @@
+package loadprofiles
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Validate checks a defaulted profile and reports every problem at once, one
+// per line, each naming its field path, for example
+//
+//	nodePools[0].count: Invalid value: -1: must be greater than zero
+//
+// The error unwraps to the individual *field.Error values.
+func (p *Profile) Validate() error {
+	var errs field.ErrorList
+	if p.Name == "" {
+		errs = append(errs, field.Required(field.NewPath("name"), "a profile needs a name"))
+	}
+	errs = append(errs, validatePools(p.NodePools, field.NewPath("nodePools"))...)
+	errs = append(errs, validateRuntime(&p.Runtime, field.NewPath("runtime"))...)
+	phasesPath := field.NewPath("phases")
+	for i := range p.Phases {
+		errs = append(errs, validatePhase(&p.Phases[i], phasesPath.Index(i))...)
+	}
+	// A waitRunning before any create, or a waitGone before any delete, waits
+	// for nothing; that is pointless but harmless, so it is not an error.
+	if len(errs) == 0 {
+		return nil
+	}
+	return &invalidError{errs: errs}
+}
+
+func validatePools(pools []NodePool, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(pools) == 0 {
+		return append(errs, field.Required(path, "at least one node pool is needed"))
+	}
+	seen := sets.New[string]()
+	for i := range pools {
+		pool, pp := &pools[i], path.Index(i)
+		switch {
+		case pool.Name == "":
+			errs = append(errs, field.Required(pp.Child("name"), "node names are made from it"))
+		case seen.Has(pool.Name):
+			errs = append(errs, field.Duplicate(pp.Child("name"), pool.Name))
+		default:
+			errs = append(errs, dnsLabel(pool.Name, pp.Child("name"))...)
+		}
+		seen.Insert(pool.Name)
+		errs = append(errs, positive(pool.Count, pp.Child("count"))...)
+		errs = append(errs, positiveQuantity(pool.CPU, pp.Child("cpu"))...)
+		errs = append(errs, positiveQuantity(pool.Memory, pp.Child("memory"))...)
+		errs = append(errs, positive(pool.Pods, pp.Child("pods"))...)
+		errs = append(errs, validateLabels(pool.Labels, pp.Child("labels"))...)
+		for j, taint := range pool.Taints {
+			errs = append(errs, validateTaint(taint, pp.Child("taints").Index(j))...)
+		}
+	}
+	return errs
+}
+
+func validateRuntime(r *RuntimeBehaviour, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, notNegative(r.PullLatency, path.Child("pullLatency"))...)
+	errs = append(errs, notNegative(r.SandboxStartLatency, path.Child("sandboxStartLatency"))...)
+	errs = append(errs, notNegative(r.ContainerCreateLatency, path.Child("containerCreateLatency"))...)
+	errs = append(errs, notNegative(r.ContainerStartLatency, path.Child("containerStartLatency"))...)
+	errs = append(errs, notNegative(r.StopLatency, path.Child("stopLatency"))...)
+	return errs
+}
+
+func validatePhase(ph *Phase, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	actions := ph.actions()
+	switch len(actions) {
+	case 0:
+		return append(errs, field.Required(path, "a phase needs one action: create, waitRunning, delete, waitGone or sleep"))
+	case 1:
+	default:
+		for _, extra := range actions[1:] {
+			errs = append(errs, field.Forbidden(path.Child(extra),
+				fmt.Sprintf("a phase has exactly one action, and this one already has %s", actions[0])))
+		}
+	}
+	errs = append(errs, dnsLabel(ph.Name, path.Child("name"))...)
+
+	if c := ph.Create; c != nil {
+		cp := path.Child("create")
+		errs = append(errs, positive(c.Count, cp.Child("count"))...)
+		errs = append(errs, positiveRate(c.QPS, cp.Child("qps"))...)
+		errs = append(errs, validateTemplate(&c.Template, cp.Child("template"))...)
+	}
+	if w := ph.WaitRunning; w != nil {
+		errs = append(errs, notNegative(w.Timeout, path.Child("waitRunning", "timeout"))...)
+	}
+	if d := ph.Delete; d != nil {
+		errs = append(errs, positiveRate(d.QPS, path.Child("delete", "qps"))...)
+	}
+	if w := ph.WaitGone; w != nil {
+		errs = append(errs, notNegative(w.Timeout, path.Child("waitGone", "timeout"))...)
+	}
+	if s := ph.Sleep; s != nil {
+		errs = append(errs, notNegative(s.Duration, path.Child("sleep", "duration"))...)
+	}
+	return errs
+}
+
+// validateTemplate checks what the driver needs to create pods from the
+// template; the API server validates the rest when the pods are created.
+func validateTemplate(t *corev1.PodTemplateSpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	meta := path.Child("metadata")
+	const named = "the driver names pods after the phase"
+	if t.Name != "" {
+		errs = append(errs, field.Forbidden(meta.Child("name"), named))
+	}
+	if t.GenerateName != "" {
+		errs = append(errs, field.Forbidden(meta.Child("generateName"), named))
+	}
+	if t.Namespace != "" {
+		errs = append(errs, field.Forbidden(meta.Child("namespace"), "the driver creates pods in its own namespace"))
+	}
+	errs = append(errs, validateLabels(t.Labels, meta.Child("labels"))...)
+	for _, key := range []string{LabelRun, LabelPhase} {
+		if _, ok := t.Labels[key]; ok {
+			errs = append(errs, field.Forbidden(meta.Child("labels").Key(key), "the driver sets this label"))
+		}
+	}
+
+	containers := path.Child("spec", "containers")
+	if len(t.Spec.Containers) == 0 {
+		return append(errs, field.Required(containers, "a pod needs at least one container"))
+	}
+	for i, c := range t.Spec.Containers {
+		cp := containers.Index(i)
+		if c.Name == "" {
+			errs = append(errs, field.Required(cp.Child("name"), ""))
+		} else {
+			errs = append(errs, dnsLabel(c.Name, cp.Child("name"))...)
+		}
+		if c.Image == "" {
+			errs = append(errs, field.Required(cp.Child("image"), ""))
+		}
+	}
+	return errs
+}
+
+func validateLabels(labels map[string]string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // map order would make the error text differ run to run
+	for _, k := range keys {
+		for _, msg := range validation.IsQualifiedName(k) {
+			errs = append(errs, field.Invalid(path, k, msg))
+		}
+		for _, msg := range validation.IsValidLabelValue(labels[k]) {
+			errs = append(errs, field.Invalid(path.Key(k), labels[k], msg))
+		}
+	}
+	return errs
+}
+
+func validateTaint(t corev1.Taint, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsQualifiedName(t.Key) {
+		errs = append(errs, field.Invalid(path.Child("key"), t.Key, msg))
+	}
+	for _, msg := range validation.IsValidLabelValue(t.Value) {
+		errs = append(errs, field.Invalid(path.Child("value"), t.Value, msg))
+	}
+	effects := []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute}
+	switch t.Effect {
+	case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+	case "":
+		errs = append(errs, field.Required(path.Child("effect"), ""))
+	default:
+		errs = append(errs, field.NotSupported(path.Child("effect"), t.Effect, effects))
+	}
+	return errs
+}
+
+func dnsLabel(name string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Label(name) {
+		errs = append(errs, field.Invalid(path, name, msg))
+	}
+	return errs
+}
+
+func positive(n int, path *field.Path) field.ErrorList {
+	if n > 0 {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(path, n, "must be greater than zero")}
+}
+
+func positiveRate(qps float64, path *field.Path) field.ErrorList {
+	if qps > 0 {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(path, qps, "must be greater than zero")}
+}
+
+func positiveQuantity(q resource.Quantity, path *field.Path) field.ErrorList {
+	if q.Sign() > 0 {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(path, q.String(), "must be greater than zero")}
+}
+
+func notNegative(d metav1.Duration, path *field.Path) field.ErrorList {
+	if d.Duration >= 0 {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(path, d.Duration.String(), "must not be negative")}
+}
+
+// invalidError is a profile's validation problems, one per line. source, when
+// set, names the profile in the first line.
+type invalidError struct {
+	source string
+	errs   field.ErrorList
+}
+
+func (e *invalidError) Error() string {
+	lines := make([]string, len(e.errs))
+	for i, err := range e.errs {
+		lines[i] = err.Error()
+	}
+	switch {
+	case e.source == "":
+		return strings.Join(lines, "\n")
+	case len(lines) == 1:
+		return fmt.Sprintf("profile %s: %s", e.source, lines[0])
+	default:
+		return fmt.Sprintf("profile %s has %d problems:\n  %s", e.source, len(lines), strings.Join(lines, "\n  "))
+	}
+}
+
+// Unwrap gives errors.As access to each *field.Error.
+func (e *invalidError) Unwrap() []error {
+	errs := make([]error, len(e.errs))
+	for i, err := range e.errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// withSource names the profile in a validation error.
+func withSource(err error, source string) error {
+	var inv *invalidError
+	if errors.As(err, &inv) {
+		return &invalidError{source: source, errs: inv.errs}
+	}
+	return fmt.Errorf("profile %s: %w", source, err)
+}
