@@ -12,10 +12,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/watch"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -183,6 +187,39 @@ func (r *run) ensureNamespace(ctx context.Context) error {
 	}}
 	if _, err := namespaces.Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", r.namespace, err)
+	}
+	return r.waitForDefaultServiceAccount(ctx)
+}
+
+// serviceAccountTimeout bounds the wait for the controller-manager to give a
+// new namespace its default ServiceAccount.
+const serviceAccountTimeout = time.Minute
+
+// waitForDefaultServiceAccount waits until the namespace's "default"
+// ServiceAccount exists: until then the ServiceAccount admission plugin
+// refuses every pod, so creating early would fail the whole phase.
+func (r *run) waitForDefaultServiceAccount(ctx context.Context) error {
+	accounts := r.client.CoreV1().ServiceAccounts(r.namespace)
+	selector := fields.OneTermEqualSelector(metav1.ObjectNameField, "default").String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return accounts.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return accounts.Watch(ctx, o)
+		},
+	}
+	ctx, cancel := context.WithTimeout(ctx, serviceAccountTimeout)
+	defer cancel()
+	_, err := watchtools.UntilWithSync(ctx, cache.ToListWatcherWithWatchListSemantics(lw, r.client), &corev1.ServiceAccount{}, nil,
+		func(e watch.Event) (bool, error) {
+			sa, ok := e.Object.(*corev1.ServiceAccount)
+			return ok && e.Type != watch.Deleted && sa.Name == "default", nil
+		})
+	if err != nil {
+		return fmt.Errorf("namespace %s has no default ServiceAccount after %v (%v): is kube-controller-manager running?", r.namespace, serviceAccountTimeout, err)
 	}
 	return nil
 }

@@ -84,6 +84,17 @@ func newFakeAPI(t *testing.T, fail func(n int64) error) *fakeAPI {
 		pod.UID = types.UID(fmt.Sprintf("uid-%05d", n))
 		return false, nil, nil // the default reactor stores it
 	})
+	// Play the controller-manager's serviceaccount controller: a new
+	// namespace gets its default ServiceAccount. The tracker is used
+	// directly because reactors run under the fake client's lock.
+	api.PrependReactor("create", "namespaces", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		ns := action.(k8stesting.CreateAction).GetObject().(*corev1.Namespace)
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns.Name}}
+		if err := api.Tracker().Add(sa); err != nil {
+			t.Errorf("adding the default ServiceAccount: %v", err)
+		}
+		return false, nil, nil
+	})
 	return api
 }
 
