@@ -1,0 +1,177 @@
+package controlplane
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// binDir is where `make controlplane` puts the binaries: FLEETLET_BIN_DIR,
+// else the repository's bin/. Missing binaries fail the test rather than skip
+// it, since the Makefile builds them before running tests.
+func binDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("FLEETLET_BIN_DIR")
+	if dir == "" {
+		abs, err := filepath.Abs(filepath.Join("..", "bin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = abs
+	}
+	if err := checkBinaries(dir); err != nil {
+		t.Fatalf("%v\n(this test needs the real binaries: run `make controlplane`, or set FLEETLET_BIN_DIR)", err)
+	}
+	return dir
+}
+
+func TestControlPlane(t *testing.T) {
+	ctx := testContext(t)
+	begin := time.Now()
+	cp, err := Start(ctx, Config{BinDir: binDir(t), Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("control plane started in %s", time.Since(begin).Round(time.Millisecond))
+	stopped := false
+	defer func() {
+		if !stopped {
+			cp.Stop()
+		}
+	}()
+
+	admin, err := kubernetes.NewForConfig(cp.AdminRESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	namespaces, err := admin.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list namespaces as admin: %v", err)
+	}
+	if !hasNamespace(namespaces.Items, "kube-system") {
+		t.Errorf("kube-system missing from namespaces %v", namespaces.Items)
+	}
+
+	n1Config, err := cp.NodeRESTConfig("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, err := kubernetes.NewForConfig(n1Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.CoreV1().Nodes().Create(ctx, node("n1"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("node n1 registering itself: %v", err)
+	}
+	if _, err := n1.CoreV1().Nodes().Create(ctx, node("n2"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node n1 creating node n2: got %v, want Forbidden", err)
+	}
+	if _, err := admin.CoreV1().Nodes().Create(ctx, node("n2"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("admin creating node n2: %v", err)
+	}
+	patch := []byte(`{"metadata":{"labels":{"hijacked":"true"}}}`)
+	if _, err := n1.CoreV1().Nodes().Patch(ctx, "n2", types.MergePatchType, patch, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node n1 patching node n2: got %v, want Forbidden", err)
+	}
+	if _, err := n1.CoreV1().Nodes().Patch(ctx, "n1", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Errorf("node n1 patching itself: %v", err)
+	}
+
+	var podCIDR string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := admin.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		podCIDR = n.Spec.PodCIDR
+		return podCIDR != "", nil
+	})
+	if err != nil {
+		t.Fatalf("node n1 never got a spec.podCIDR from node IPAM: %v", err)
+	}
+	if !strings.HasPrefix(podCIDR, "10.") || !strings.HasSuffix(podCIDR, "/24") {
+		t.Errorf("n1 podCIDR %q is not a /24 of %s", podCIDR, DefaultClusterCIDR)
+	}
+
+	urls := cp.MetricsURLs()
+	for component, want := range map[string]string{
+		ComponentAPIServer:         "apiserver_request_total",
+		ComponentScheduler:         "scheduler_",
+		ComponentControllerManager: "workqueue_",
+	} {
+		body := getWithConfig(t, cp.AdminRESTConfig(), urls[component])
+		if !strings.Contains(body, want) {
+			t.Errorf("%s metrics at %s lack %q", component, urls[component], want)
+		}
+	}
+	if _, err := os.Stat(cp.AdminKubeconfig()); err != nil {
+		t.Errorf("admin kubeconfig: %v", err)
+	}
+
+	var pids []int
+	for _, p := range cp.procs {
+		pids = append(pids, p.pid())
+	}
+	if len(pids) != 4 {
+		t.Errorf("%d children, want 4", len(pids))
+	}
+	begin = time.Now()
+	if err := cp.Stop(); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	stopped = true
+	t.Logf("control plane stopped in %s", time.Since(begin).Round(time.Millisecond))
+	for _, pid := range pids {
+		assertGone(t, pid)
+	}
+	if err := cp.Stop(); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
+
+func hasNamespace(items []corev1.Namespace, name string) bool {
+	for _, ns := range items {
+		if ns.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func node(name string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+func getWithConfig(t *testing.T, cfg *rest.Config, url string) string {
+	t.Helper()
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	return string(body)
+}
