@@ -1,0 +1,54 @@
+# fleetlet: see README.md. `make run` and `make test` are the two commands a
+# newcomer needs; both build what they need first.
+
+GO        ?= go
+BIN       := $(CURDIR)/bin
+UPSTREAM  := controlplane/upstream
+# The control plane binaries, built from the pinned upstream module.
+CP_BINS   := $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-scheduler $(BIN)/kube-controller-manager $(BIN)/kubectl
+PROFILE   ?= quickstart
+RACE_PKGS := ./nodeagent/... ./fleet/... ./fakeruntime/... ./reports/... ./loadprofiles/...
+
+.PHONY: all build controlplane run test test-unit test-integration bench lint clean
+
+all: build controlplane
+
+build: $(BIN)/fleetlet
+
+# Go decides what is stale, so the target always runs and is a no-op when
+# nothing changed.
+.PHONY: $(BIN)/fleetlet
+$(BIN)/fleetlet:
+	$(GO) build -o $@ ./cmd/fleetlet
+
+# Built once: a cold build of Kubernetes takes many minutes on 2 cores. The
+# binaries are rebuilt only when the pinned module changes.
+controlplane: $(CP_BINS)
+
+$(CP_BINS) &: $(UPSTREAM)/go.mod $(UPSTREAM)/go.sum $(UPSTREAM)/etcd/main.go
+	@mkdir -p $(BIN)
+	@echo "Building the control plane from k8s.io/kubernetes (the first build takes a while)..."
+	cd $(UPSTREAM) && $(GO) build -o $(BIN)/ \
+		k8s.io/kubernetes/cmd/kube-apiserver \
+		k8s.io/kubernetes/cmd/kube-scheduler \
+		k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kubectl \
+		./etcd
+	@touch $(CP_BINS)
+
+run: build controlplane
+	$(BIN)/fleetlet run --profile $(PROFILE)
+
+test: build controlplane
+	FLEETLET_BIN_DIR=$(BIN) $(GO) test -race -timeout 45m $(RACE_PKGS)
+	FLEETLET_BIN_DIR=$(BIN) $(GO) test -timeout 45m ./cmd/... ./controlplane/...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./fakeruntime/... ./nodeagent/... ./reports/...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean:
+	rm -rf $(BIN) out

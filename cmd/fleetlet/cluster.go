@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/fleetlet/fleetlet/controlplane"
+)
+
+// cluster is the control plane a fleet registers with: ours, started from
+// the binaries `make controlplane` builds, or an existing one.
+type cluster struct {
+	admin *rest.Config
+	// nodeConfig returns a node's credentials: its own system:node client
+	// certificate on our control plane, so NodeRestriction and the Node
+	// authorizer treat it as a kubelet; the kubeconfig's on another cluster.
+	nodeConfig func(name string) (*rest.Config, error)
+	kubeconfig string
+	cp         *controlplane.ControlPlane
+}
+
+func clusterFlags(fs *pflag.FlagSet) {
+	fs.String("kubeconfig", "", "use the cluster of this kubeconfig instead of starting the embedded control plane (also KUBECONFIG)")
+	fs.String("bin-dir", "", "directory holding etcd, kube-apiserver, kube-scheduler and kube-controller-manager (default: the directory of the fleetlet binary)")
+}
+
+// openCluster connects to the cluster the flags name, or starts ours with its
+// data under dir.
+func openCluster(ctx context.Context, v *viper.Viper, dir string) (*cluster, error) {
+	_ = v.BindEnv("kubeconfig", "FLEETLET_KUBECONFIG", "KUBECONFIG")
+	if path := v.GetString("kubeconfig"); path != "" {
+		return externalCluster(path)
+	}
+	binDir := v.GetString("bin-dir")
+	if binDir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("locating the fleetlet binary to find the control plane next to it: %w; pass --bin-dir", err)
+		}
+		binDir = filepath.Dir(exe)
+	}
+	cp, err := controlplane.Start(ctx, controlplane.Config{BinDir: binDir, Dir: dir})
+	if err != nil {
+		return nil, err
+	}
+	return &cluster{admin: cp.AdminRESTConfig(), nodeConfig: cp.NodeRESTConfig, kubeconfig: cp.AdminKubeconfig(), cp: cp}, nil
+}
+
+func externalCluster(path string) (*cluster, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("reading kubeconfig %s: %w", path, err)
+	}
+	probe := rest.CopyConfig(cfg)
+	probe.Timeout = 10 * time.Second
+	client, err := kubernetes.NewForConfig(probe)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	if _, err := client.Discovery().ServerVersion(); err != nil {
+		return nil, fmt.Errorf("API server %s of kubeconfig %s is unreachable: %v; check the cluster, or drop --kubeconfig/KUBECONFIG to start the embedded control plane", cfg.Host, path, err)
+	}
+	return &cluster{
+		admin:      cfg,
+		nodeConfig: func(string) (*rest.Config, error) { return rest.CopyConfig(cfg), nil },
+		kubeconfig: path,
+	}, nil
+}
+
+// Stop stops our control plane, if we started one.
+func (c *cluster) Stop() error {
+	if c.cp == nil {
+		return nil
+	}
+	return c.cp.Stop()
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/fleetlet/fleetlet/fakeruntime"
+	"github.com/fleetlet/fleetlet/fleet"
+	"github.com/fleetlet/fleetlet/loadprofiles"
+	"github.com/fleetlet/fleetlet/reports"
+)
+
+func newFleetCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "fleet",
+		Short: "Host a fleet of emulated nodes until interrupted, for another load tool to drive",
+		Long: "Host a fleet of emulated nodes against --kubeconfig (or the embedded control plane) until " +
+			"interrupted, so that clusterloader2, kube-burner or kubectl can drive it. The nodes come from " +
+			"--nodes, or from the node pools of --profile.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := settings(cmd)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			profile, err := fleetProfile(v.GetString("profile"), v.GetInt("nodes"))
+			if err != nil {
+				return err
+			}
+			dir := v.GetString("dir")
+			if dir == "" {
+				if dir, err = os.MkdirTemp("", "fleetlet-fleet-"); err != nil {
+					return err
+				}
+			}
+			cl, err := openCluster(ctx, v, filepath.Join(dir, "controlplane"))
+			if err != nil {
+				return err
+			}
+			defer func() { _ = cl.Stop() }()
+			f, _, cleanup, err := newFleet(ctx, v, profile, cl, reports.Discard{}, reports.NewAPICounter())
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			var wg sync.WaitGroup
+			var runErr error
+			wg.Add(1)
+			go func() { defer wg.Done(); runErr = f.Run(ctx) }()
+			client, err := kubernetes.NewForConfig(cl.admin)
+			if err != nil {
+				return err
+			}
+			readyErr := fleet.WaitForNodesReady(ctx, client, f.NodeNames(), v.GetDuration("ready-timeout"))
+			if readyErr == nil {
+				fmt.Fprintf(os.Stderr, "fleetlet: %d nodes Ready; kubeconfig %s; Ctrl-C to stop\n", len(f.NodeNames()), cl.kubeconfig)
+			}
+			wg.Wait()
+			if errors.Is(readyErr, context.Canceled) {
+				readyErr = nil
+			}
+			return errors.Join(readyErr, runErr)
+		},
+	}
+	addFlags(cmd, clusterFlags, fleetFlags, func(fs *pflag.FlagSet) {
+		fs.Int("nodes", 0, "number of nodes in one default pool (8 CPU, 32Gi, 110 pods); overrides --profile's pools")
+		fs.String("profile", "quickstart", "profile whose node pools to host")
+		fs.String("dir", "", "directory for the embedded control plane's data and logs (default: a new temporary directory)")
+		fs.Duration("ready-timeout", 0, "how long to wait for every node to be Ready before reporting it (default: wait until interrupted)")
+	})
+	return cmd
+}
+
+// fleetProfile is the profile whose pools a fleet hosts: --nodes N makes a
+// single default pool of N nodes.
+func fleetProfile(name string, nodes int) (*loadprofiles.Profile, error) {
+	if nodes < 0 {
+		return nil, fmt.Errorf("--nodes %d: must be zero (use the profile's pools) or more", nodes)
+	}
+	p, err := loadprofiles.Load(name)
+	if err != nil {
+		return nil, err
+	}
+	if nodes > 0 {
+		p.NodePools = []loadprofiles.NodePool{{Name: "default", Count: nodes}}
+		p.Default()
+	}
+	return p, nil
+}
+
+func newControlPlaneCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "controlplane", Short: "Run only the embedded control plane"}
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Start etcd, kube-apiserver, kube-scheduler and kube-controller-manager, print the kubeconfig path, run until interrupted",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := settings(cmd)
+			if err != nil {
+				return err
+			}
+			dir := v.GetString("dir")
+			if dir == "" {
+				if dir, err = os.MkdirTemp("", "fleetlet-controlplane-"); err != nil {
+					return err
+				}
+			}
+			v.Set("kubeconfig", "")
+			cl, err := openCluster(cmd.Context(), v, dir)
+			if err != nil {
+				return err
+			}
+			fmt.Println(cl.kubeconfig)
+			fmt.Fprintln(os.Stderr, "fleetlet: control plane up; Ctrl-C to stop")
+			<-cmd.Context().Done()
+			return cl.Stop()
+		},
+	}
+	up.Flags().String("dir", "", "directory for certificates, kubeconfigs, etcd data and logs (default: a new temporary directory)")
+	up.Flags().String("bin-dir", "", "directory holding the control plane binaries (default: the directory of the fleetlet binary)")
+	cmd.AddCommand(up)
+	return cmd
+}
+
+func newFakeRuntimeCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "fakeruntime", Short: "The fake CRI runtime on its own"}
+	serve := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the fake CRI runtime on a unix socket (for crictl or another kubelet) until interrupted",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := settings(cmd)
+			if err != nil {
+				return err
+			}
+			socket := v.GetString("socket")
+			if socket == "" {
+				return errors.New("--socket is required: the path of the unix socket to serve on")
+			}
+			fmt.Fprintf(os.Stderr, "fleetlet: fake CRI runtime on unix://%s; Ctrl-C to stop\n", socket)
+			return fakeruntime.Serve(cmd.Context(), socket, fakeruntime.New(fakeruntime.Config{}))
+		},
+	}
+	serve.Flags().String("socket", "", "path of the unix socket")
+	cmd.AddCommand(serve)
+	return cmd
+}
+
+func newReportCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "report", Short: "Read and render reports"}
+	show := &cobra.Command{
+		Use:   "show REPORT.json",
+		Short: "Print a report's summary",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			rep, err := reports.ReadJSON(args[0])
+			if err != nil {
+				return err
+			}
+			reports.RenderSummary(os.Stdout, rep)
+			return nil
+		},
+	}
+	cmd.AddCommand(show)
+	return cmd
+}

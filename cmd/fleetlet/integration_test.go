@@ -1,0 +1,324 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/viper"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/fleetlet/fleetlet/loadprofiles"
+	"github.com/fleetlet/fleetlet/reports"
+)
+
+// binDir finds the control plane binaries that `make controlplane` builds.
+// Missing binaries fail the test: `make test` builds them first.
+func binDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("FLEETLET_BIN_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "bin")
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
+		t.Fatalf("control plane binaries not found in %s: run `make controlplane` (or `make test`, which builds them)", dir)
+	}
+	return dir
+}
+
+func testSettings(t *testing.T, cri string) *viper.Viper {
+	v := viper.New()
+	v.Set("bin-dir", binDir(t))
+	v.Set("cri", cri)
+	v.Set("node-prefix", "it-")
+	v.Set("first-ip", "127.1.0.1")
+	v.Set("start-jitter", 2*time.Second)
+	v.Set("seed", uint64(1))
+	v.Set("ready-timeout", 3*time.Minute)
+	return v
+}
+
+func condition(conds []corev1.PodCondition, t corev1.PodConditionType) corev1.ConditionStatus {
+	for _, c := range conds {
+		if c.Type == t {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// TestFleetAgainstRealControlPlane runs the smoke profile's 20 nodes and
+// 200 pods against the real kube-apiserver, kube-scheduler and
+// kube-controller-manager, and checks what the agents did through the API:
+// nodes Ready with pod CIDRs, leases renewed, pods Running with the kubelet's
+// conditions and events, graceful deletion finished by the agents, and a
+// report whose counts add up.
+func TestFleetAgainstRealControlPlane(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	profile, err := loadprofiles.Load("smoke")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stop after the pods run: the test deletes them itself, so it can look
+	// at the running cluster first.
+	var phases []loadprofiles.Phase
+	for _, ph := range profile.Phases {
+		if ph.Create != nil || ph.WaitRunning != nil {
+			phases = append(phases, ph)
+		}
+	}
+	profile.Phases = phases
+	const nodes, pods = 20, 200
+
+	s, err := startSession(ctx, testSettings(t, criInProc), profile, t.TempDir())
+	if s != nil {
+		defer func() {
+			if err := s.close(); err != nil {
+				t.Errorf("closing the session: %v", err)
+			}
+		}()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.runErr != nil {
+		t.Fatal(s.runErr)
+	}
+	if err := s.drive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client := s.client
+
+	nodeList, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodeList.Items) != nodes {
+		t.Fatalf("%d nodes registered, want %d", len(nodeList.Items), nodes)
+	}
+	podCIDRs := map[string]*net.IPNet{}
+	nodeIPs := map[string]string{}
+	for _, n := range nodeList.Items {
+		if nodeReady(&n) != corev1.ConditionTrue {
+			t.Errorf("node %s is not Ready: %v", n.Name, n.Status.Conditions)
+		}
+		_, cidr, err := net.ParseCIDR(n.Spec.PodCIDR)
+		if err != nil {
+			t.Errorf("node %s has no pod CIDR from the controller-manager: %q", n.Name, n.Spec.PodCIDR)
+			continue
+		}
+		podCIDRs[n.Name] = cidr
+		ip := n.Status.Addresses[0].Address
+		if !net.ParseIP(ip).IsLoopback() || nodeIPs[ip] != "" {
+			t.Errorf("node %s InternalIP %s: want a loopback address of its own", n.Name, ip)
+		}
+		nodeIPs[ip] = n.Name
+	}
+
+	podList, err := client.CoreV1().Pods(loadprofiles.DefaultNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(podList.Items) != pods {
+		t.Fatalf("%d pods, want %d", len(podList.Items), pods)
+	}
+	for _, p := range podList.Items {
+		if p.Status.Phase != corev1.PodRunning {
+			t.Errorf("pod %s is %s", p.Name, p.Status.Phase)
+		}
+		for _, c := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
+			if condition(p.Status.Conditions, c) != corev1.ConditionTrue {
+				t.Errorf("pod %s condition %s = %q, want True", p.Name, c, condition(p.Status.Conditions, c))
+			}
+		}
+		if cidr := podCIDRs[p.Spec.NodeName]; cidr == nil || !cidr.Contains(net.ParseIP(p.Status.PodIP)) {
+			t.Errorf("pod %s IP %s is not in node %s's pod CIDR %v", p.Name, p.Status.PodIP, p.Spec.NodeName, cidr)
+		}
+		if nodeIPs[p.Status.HostIP] != p.Spec.NodeName {
+			t.Errorf("pod %s hostIP %s is not its node %s's", p.Name, p.Status.HostIP, p.Spec.NodeName)
+		}
+		if p.Status.StartTime == nil || len(p.Status.ContainerStatuses) != 1 {
+			t.Errorf("pod %s: startTime %v, %d container statuses", p.Name, p.Status.StartTime, len(p.Status.ContainerStatuses))
+			continue
+		}
+		cs := p.Status.ContainerStatuses[0]
+		if cs.State.Running == nil || !cs.Ready || !strings.HasPrefix(cs.ContainerID, "fleetlet-fake://") || cs.ImageID == "" {
+			t.Errorf("pod %s container status %+v", p.Name, cs)
+		}
+	}
+
+	// The kubelet's events for one pod, in the order it emits them.
+	first := podList.Items[0]
+	events, err := client.CoreV1().Events(first.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + first.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range events.Items {
+		if e.Source.Component == "kubelet" && e.Source.Host == first.Spec.NodeName {
+			seen[e.Reason] = true
+		}
+	}
+	for _, reason := range []string{"Pulled", "Created", "Started"} {
+		if !seen[reason] {
+			t.Errorf("pod %s: no %s event from its node's kubelet (got %v)", first.Name, reason, seen)
+		}
+	}
+
+	// Leases: one per node, owned by it, renewed every 10 s.
+	leases, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leases.Items) != nodes {
+		t.Fatalf("%d leases, want %d", len(leases.Items), nodes)
+	}
+	firstRenew := map[string]time.Time{}
+	for _, l := range leases.Items {
+		firstRenew[l.Name] = l.Spec.RenewTime.Time
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, false, func(ctx context.Context) (bool, error) {
+		leases, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, l := range leases.Items {
+			if !l.Spec.RenewTime.Time.After(firstRenew[l.Name]) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Errorf("not every lease was renewed within 2 minutes: %v", err)
+	}
+
+	// Graceful deletion: the API server marks the pods, the agents stop the
+	// containers and delete the objects with grace 0.
+	if err := client.CoreV1().Pods(loadprofiles.DefaultNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		left, err := client.CoreV1().Pods(loadprofiles.DefaultNamespace).List(ctx, metav1.ListOptions{})
+		return err == nil && len(left.Items) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("pods still present 3 minutes after their deletion: the agents did not finish it")
+	}
+
+	rep := s.report()
+	if rep.Nodes != nodes || rep.Pods.Created != pods || rep.Pods.Running != pods {
+		t.Errorf("report: %d nodes, %d pods created, %d running; want %d, %d, %d", rep.Nodes, rep.Pods.Created, rep.Pods.Running, nodes, pods, pods)
+	}
+	for _, ph := range rep.Phases {
+		want := pods
+		if ph.Name == "delete_to_gone" {
+			want = 0 // the driver did not delete: the test did
+		}
+		if ph.Count != want || ph.Anomalies != 0 {
+			t.Errorf("phase %s: %d pods, %d anomalies; want %d and none", ph.Name, ph.Count, ph.Anomalies, want)
+		}
+		if want > 0 && (ph.P99Ms <= 0 && ph.Name != "running_reported_to_ready_reported" || ph.MaxMs > 120_000) {
+			t.Errorf("phase %s: p99 %.1f ms, max %.1f ms: implausible", ph.Name, ph.P99Ms, ph.MaxMs)
+		}
+	}
+	apiCount := map[string]int64{}
+	for _, a := range rep.API {
+		apiCount[a.Verb+" "+a.Label()] += a.Count
+	}
+	for _, key := range []string{"create nodes", "patch nodes/status", "update leases.coordination.k8s.io", "patch pods/status", "watch pods", "delete pods"} {
+		if apiCount[key] == 0 {
+			t.Errorf("report counts no %q requests from the fleet (got %v)", key, apiCount)
+		}
+	}
+}
+
+// TestRunWritesReport runs the whole `fleetlet run` path with a profile file
+// and the fake runtime behind unix sockets, and checks report.json.
+func TestRunWritesReport(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	profilePath := filepath.Join(dir, "tiny.yaml")
+	if err := os.WriteFile(profilePath, []byte(`name: tiny
+nodePools:
+  - name: pool
+    count: 3
+runtime:
+  pullLatency: 50ms
+  sandboxStartLatency: 20ms
+phases:
+  - create:
+      count: 12
+      qps: 20
+      template:
+        spec:
+          containers: [{name: app, image: registry.k8s.io/pause:3.10}]
+  - waitRunning: {timeout: 2m}
+  - delete: {qps: 20}
+  - waitGone: {timeout: 2m}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v := testSettings(t, criFakeSocket)
+	v.Set("profile", profilePath)
+	v.Set("out", filepath.Join(dir, "out"))
+	if err := run(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := reports.ReadJSON(filepath.Join(dir, "out", "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Profile != "tiny" || rep.Nodes != 3 || rep.Pods != (reports.PodCounts{Created: 12, Running: 12, Deleted: 12, Gone: 12}) {
+		t.Errorf("report: profile %s, %d nodes, pods %+v", rep.Profile, rep.Nodes, rep.Pods)
+	}
+	if rep.Settings["cri"] != criFakeSocket {
+		t.Errorf("settings %v do not say the CRI endpoint differs from the default", rep.Settings)
+	}
+	if len(rep.Errors) != 0 {
+		t.Errorf("errors: %v", rep.Errors)
+	}
+}
+
+func TestRunRejectsUnreachableCluster(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v := testSettings(t, criInProc)
+	v.Set("kubeconfig", kubeconfig)
+	v.Set("profile", "smoke")
+	v.Set("out", filepath.Join(dir, "out"))
+	err := run(context.Background(), v)
+	if err == nil || !strings.Contains(err.Error(), "unreachable") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("err = %v, want one line saying the API server is unreachable", err)
+	}
+}
+
+func nodeReady(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"golang.org/x/term"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/fleetlet/fleetlet/fleet"
+	"github.com/fleetlet/fleetlet/loadprofiles"
+	"github.com/fleetlet/fleetlet/reports"
+)
+
+func newRunCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Start a control plane (or use --kubeconfig), a fleet and a load profile, and report",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := settings(cmd)
+			if err != nil {
+				return err
+			}
+			return run(cmd.Context(), v)
+		},
+	}
+	addFlags(cmd, clusterFlags, fleetFlags, func(fs *pflag.FlagSet) {
+		fs.String("profile", "quickstart", "built-in profile name ("+fmt.Sprint(loadprofiles.BuiltinNames())+") or path to a profile YAML file")
+		fs.String("out", "", "directory for report.json and the control plane's logs (default out/<profile>-<time>)")
+		fs.Duration("ready-timeout", 5*time.Minute, "how long to wait for every node to be Ready")
+	})
+	return cmd
+}
+
+// run executes one profile end to end. Once the fleet has started, the
+// report measured so far is written whatever happens next.
+func run(ctx context.Context, v *viper.Viper) (err error) {
+	profile, err := loadprofiles.Load(v.GetString("profile"))
+	if err != nil {
+		return err
+	}
+	out, err := outputDir(v.GetString("out"), profile.Name)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "fleetlet: profile %s, %d nodes; output in %s\n", profile.Name, profile.TotalNodes(), out)
+	s, err := startSession(ctx, v, profile, out)
+	if s != nil {
+		defer func() { err = errors.Join(err, s.close()) }()
+	}
+	if err != nil {
+		return err
+	}
+	if s.runErr == nil {
+		s.runErr = s.drive(ctx)
+	}
+	rep := s.report()
+	path := filepath.Join(out, "report.json")
+	if werr := reports.WriteJSON(path, rep); werr != nil {
+		return errors.Join(s.runErr, werr)
+	}
+	fmt.Println()
+	reports.RenderSummary(os.Stdout, rep)
+	fmt.Printf("\nreport: %s\n", path)
+	return s.runErr
+}
+
+func outputDir(out, profile string) (string, error) {
+	if out == "" {
+		out = filepath.Join("out", profile+"-"+time.Now().Format("20060102-150405"))
+	}
+	out, err := filepath.Abs(out)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", fmt.Errorf("creating the output directory: %w", err)
+	}
+	return out, nil
+}
+
+// session is one run's wiring: the cluster, the fleet on it, and what
+// measures them.
+type session struct {
+	profile   *loadprofiles.Profile
+	started   time.Time
+	cluster   *cluster
+	fleet     *fleet.Fleet
+	client    kubernetes.Interface
+	collector *reports.Collector
+	counter   *reports.APICounter
+	settings  map[string]string
+	// runErr is the first failure after the fleet started; the report
+	// carries it.
+	runErr error
+
+	cleanup   func()
+	stopFleet context.CancelFunc
+	fleetDone chan error
+}
+
+// startSession opens the cluster and starts the fleet on it. A session is
+// returned, to be closed, as soon as the cluster is open; an error in
+// waiting for the nodes is left in runErr so the report still gets written.
+func startSession(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, out string) (*session, error) {
+	s := &session{profile: p, started: time.Now(), collector: reports.NewCollector(), counter: reports.NewAPICounter()}
+	cl, err := openCluster(ctx, v, filepath.Join(out, "controlplane"))
+	if err != nil {
+		return nil, err
+	}
+	s.cluster = cl
+	fmt.Fprintf(os.Stderr, "fleetlet: control plane ready; kubeconfig %s\n", cl.kubeconfig)
+	if s.client, err = kubernetes.NewForConfig(driverConfig(cl.admin, p)); err != nil {
+		return s, err
+	}
+	s.fleet, s.settings, s.cleanup, err = newFleet(ctx, v, p, cl, s.collector, s.counter)
+	if err != nil {
+		return s, err
+	}
+	fleetCtx, stop := context.WithCancel(ctx)
+	s.stopFleet, s.fleetDone = stop, make(chan error, 1)
+	go func() { s.fleetDone <- s.fleet.Run(fleetCtx) }()
+
+	if err := fleet.WaitForNodesReady(ctx, s.client, s.fleet.NodeNames(), v.GetDuration("ready-timeout")); err != nil {
+		s.runErr = fmt.Errorf("fleet did not come up: %w; see the control plane logs in %s", err, filepath.Join(out, "controlplane", "logs"))
+		return s, nil
+	}
+	fmt.Fprintf(os.Stderr, "fleetlet: %d nodes Ready after %v\n", len(s.fleet.NodeNames()), time.Since(s.started).Round(time.Millisecond))
+	return s, nil
+}
+
+// drive runs the profile's phases.
+func (s *session) drive(ctx context.Context) error {
+	d := &loadprofiles.Driver{Client: s.client, Recorder: s.collector, Progress: progressPrinter()}
+	return d.Run(ctx, s.profile)
+}
+
+// close stops the fleet, then the cluster.
+func (s *session) close() error {
+	var err error
+	if s.stopFleet != nil {
+		s.stopFleet()
+		err = <-s.fleetDone
+	}
+	if s.cleanup != nil {
+		s.cleanup()
+	}
+	if s.cluster != nil {
+		err = errors.Join(err, s.cluster.Stop())
+	}
+	return err
+}
+
+// driverConfig is the load driver's client: the admin credentials, with a
+// limiter loose enough never to throttle the profile's own rates.
+func driverConfig(admin *rest.Config, p *loadprofiles.Profile) *rest.Config {
+	cfg := rest.CopyConfig(admin)
+	maxQPS := 50.0
+	for _, ph := range p.Phases {
+		if ph.Create != nil && ph.Create.QPS > maxQPS {
+			maxQPS = ph.Create.QPS
+		}
+		if ph.Delete != nil && ph.Delete.QPS > maxQPS {
+			maxQPS = ph.Delete.QPS
+		}
+	}
+	cfg.QPS = float32(2 * maxQPS)
+	cfg.Burst = int(4 * maxQPS)
+	cfg.UserAgent = "fleetlet/driver"
+	return cfg
+}
+
+func (s *session) report() *reports.Report {
+	finished := time.Now()
+	rep := &reports.Report{
+		Profile:     s.profile.Name,
+		StartedAt:   s.started,
+		FinishedAt:  finished,
+		WallSeconds: finished.Sub(s.started).Seconds(),
+		Pods:        s.collector.PodCounts(),
+		Phases:      reports.Summaries(s.collector.Phases(reports.DefaultPhases)),
+		API:         s.counter.Snapshot(),
+		Settings:    s.settings,
+	}
+	if s.fleet != nil {
+		rep.Nodes = len(s.fleet.NodeNames())
+	}
+	rep.Fleet.Goroutines = runtime.NumGoroutine()
+	if rss, err := reports.ReadPeakRSS(); err == nil {
+		rep.Fleet.PeakRSSBytes = rss
+	}
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err == nil {
+		rep.Fleet.CPUSeconds = time.Duration(usage.Utime.Nano() + usage.Stime.Nano()).Seconds()
+	}
+	if s.runErr != nil {
+		rep.Errors = append(rep.Errors, s.runErr.Error())
+	}
+	return rep
+}
+
+// progressPrinter shows the driver's progress: one line rewritten in place on
+// a terminal, a line every ten seconds otherwise (CI logs).
+func progressPrinter() func(loadprofiles.Progress) {
+	tty := term.IsTerminal(int(os.Stderr.Fd()))
+	var calls int
+	return func(p loadprofiles.Progress) {
+		line := fmt.Sprintf("%-14s created %d  scheduled %d  running %d  gone %d  (target %d)", p.Phase, p.Created, p.Scheduled, p.Running, p.Gone, p.Target)
+		if tty {
+			fmt.Fprintf(os.Stderr, "\r%-90s", line)
+			return
+		}
+		if calls%10 == 0 {
+			fmt.Fprintln(os.Stderr, line)
+		}
+		calls++
+	}
+}
