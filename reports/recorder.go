@@ -21,6 +21,9 @@ const (
 	AgentObserved
 	// SandboxReady: RunPodSandbox returned.
 	SandboxReady
+	// PullStarted: the agent started pulling an image for the pod. The
+	// pod_startup SLI leaves out pods that have it, as the upstream SLO does.
+	PullStarted
 	// ImagesPulled: every image the pod needs is present on the node.
 	ImagesPulled
 	// ContainersStarted: StartContainer returned for every app container.
@@ -42,7 +45,7 @@ const (
 )
 
 var milestoneNames = [numMilestones]string{
-	"created", "scheduled", "agent_observed", "sandbox_ready", "images_pulled",
+	"created", "scheduled", "agent_observed", "sandbox_ready", "pull_started", "images_pulled",
 	"containers_started", "running_reported", "ready_reported", "running_observed",
 	"delete_issued", "gone",
 }

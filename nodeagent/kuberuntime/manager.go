@@ -129,6 +129,7 @@ func (m *Manager) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 	}
 	m.cfg.Events.Eventf(pod, corev1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
 	pullStart := m.cfg.Clock.Now()
+	m.cfg.Recorder.Mark(pod.UID, reports.PullStarted, pullStart)
 	ref, err := m.cfg.Images.PullImage(ctx, spec, nil, sandboxConfig)
 	if err != nil {
 		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", c.Image, err)
