@@ -65,6 +65,9 @@ func run(ctx context.Context, v *viper.Viper) (err error) {
 	if s.runErr == nil {
 		s.runErr = s.drive(ctx)
 	}
+	if ctx.Err() != nil {
+		s.runErr = fmt.Errorf("interrupted (%v); the report holds what was measured until then", s.runErr)
+	}
 	rep := s.report()
 	path := filepath.Join(out, "report.json")
 	if werr := reports.WriteJSON(path, rep); werr != nil {
