@@ -55,6 +55,7 @@ type Agent struct {
 	runtime     *kuberuntime.Manager
 	statuses    *status.Manager
 	pleg        *pleg.Generic
+	probes      probeState
 	workers     *podworkers.PodWorkers
 	nodeLister  cache.Indexer
 
@@ -248,6 +249,11 @@ func (a *Agent) newPodInformer() cache.SharedIndexInformer {
 			pod := obj.(*corev1.Pod)
 			a.setPod(pod)
 			a.workers.UpdatePod(pod)
+			// A pod that completed on its own and is deleted later has no
+			// worker left to act: the status manager finishes the deletion.
+			if pod.DeletionTimestamp != nil && a.workers.IsTerminated(pod.UID) {
+				a.statuses.TerminatePod(pod.UID)
+			}
 		},
 		DeleteFunc: func(obj any) {
 			pod, ok := obj.(*corev1.Pod)

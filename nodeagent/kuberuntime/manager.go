@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -30,41 +32,123 @@ type Config struct {
 	Images   internalapi.ImageManagerService
 	Events   record.EventRecorder
 	Recorder reports.Recorder
-	Clock    clock.PassiveClock
+	Clock    clock.Clock
 	// SerializeImagePulls pulls one image at a time per node, the kubelet's
 	// default, so that a slow pull delays the pods behind it.
 	SerializeImagePulls bool
 }
 
+// The kubelet's back-off for restarting crashed containers and for pulling
+// images: 10 s doubling to 5 min, forgotten after twice the maximum of
+// clean running (flowcontrol.Backoff's expiry).
+const (
+	backOffInitial = 10 * time.Second
+	backOffMax     = 5 * time.Minute
+)
+
+// Waiting is why a container is not running, as the kubelet's reason cache
+// keeps it between syncs: ErrImagePull, ImagePullBackOff, CrashLoopBackOff,
+// CreateContainerError, RunContainerError.
+type Waiting struct {
+	Reason, Message string
+}
+
+// BackoffError says SyncPod could not go on until Until; the pod worker
+// syncs again then, so restarts happen when the back-off expires, as on the
+// kubelet. A zero Until leaves the retry to the worker's own period.
+type BackoffError struct {
+	Until time.Time
+	Err   error
+}
+
+func (e *BackoffError) Error() string { return e.Err.Error() }
+
+// RetryTime implements podworkers.RetryTimer.
+func (e *BackoffError) RetryTime() time.Time { return e.Until }
+func (e *BackoffError) Unwrap() error        { return e.Err }
+
 // Manager is one node's pod runtime manager.
 type Manager struct {
 	cfg Config
 	// pullLock serializes pulls when SerializeImagePulls is set.
-	pullLock sync.Mutex
+	pullLock     sync.Mutex
+	crashBackOff *flowcontrol.Backoff
+	imageBackOff *flowcontrol.Backoff
+
+	mu      sync.Mutex
+	waiting map[types.UID]map[string]Waiting
 }
 
 // NewManager returns a Manager for cfg.
-func NewManager(cfg Config) *Manager { return &Manager{cfg: cfg} }
+func NewManager(cfg Config) *Manager {
+	crash := flowcontrol.NewBackOff(backOffInitial, backOffMax)
+	crash.Clock = cfg.Clock
+	image := flowcontrol.NewBackOff(backOffInitial, backOffMax)
+	image.Clock = cfg.Clock
+	return &Manager{cfg: cfg, crashBackOff: crash, imageBackOff: image, waiting: map[types.UID]map[string]Waiting{}}
+}
 
-// SyncPod brings the runtime to the pod spec: a ready sandbox, then each app
-// container created and started in spec order. It returns the first error; the
-// caller's pod worker retries the sync. Containers that ran and exited are
-// left as they are: restarts and their back-off belong to the kubelet's loops
-// (issue 3).
-func (m *Manager) SyncPod(ctx context.Context, pod *corev1.Pod, status *PodStatus) error {
+// Waiting returns why each of the pod's containers is waiting, by name.
+func (m *Manager) Waiting(uid types.UID) map[string]Waiting {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.waiting[uid])
+}
+
+func (m *Manager) setWaiting(uid types.UID, name, reason, message string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.waiting[uid] == nil {
+		m.waiting[uid] = map[string]Waiting{}
+	}
+	m.waiting[uid][name] = Waiting{Reason: reason, Message: message}
+}
+
+func (m *Manager) clearWaiting(uid types.UID, name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.waiting[uid], name)
+}
+
+// Forget drops what the manager remembers of a pod once it is gone.
+func (m *Manager) Forget(pod *corev1.Pod) {
+	m.mu.Lock()
+	delete(m.waiting, pod.UID)
+	m.mu.Unlock()
+	for _, c := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
+		m.crashBackOff.DeleteEntry(backOffKey(pod, c.Name))
+		m.imageBackOff.DeleteEntry(string(pod.UID) + "_" + c.Image)
+	}
+}
+
+// SyncPod brings the runtime to the pod spec, as the kubelet's SyncPod: a
+// ready sandbox, init containers one by one (sidecars kept running), then
+// the app containers; crashed containers restart by the pod's restart policy
+// after their back-off, and containers whose liveness probe failed are
+// killed and restarted. It returns the first error; a *BackoffError says
+// when to try again.
+func (m *Manager) SyncPod(ctx context.Context, pod *corev1.Pod, status *PodStatus, probes ProbeState) error {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
-	sandbox := status.ReadySandbox()
-	var sandboxConfig *runtimeapi.PodSandboxConfig
-	if sandbox == nil {
-		attempt := uint32(len(status.Sandboxes))
-		// A sandbox that is no longer ready takes its containers with it: the
-		// kubelet kills them all before creating a new one.
-		if len(status.Sandboxes) > 0 {
-			if err := m.KillPod(ctx, pod, status, 0); err != nil {
-				return err
-			}
+	actions := computePodActions(pod, status, probes)
+	if actions.KillPod {
+		if err := m.KillPod(ctx, pod, status, 0); err != nil {
+			return err
 		}
-		sandboxConfig = m.sandboxConfig(pod, attempt)
+	}
+	for _, c := range actions.ContainersToKill {
+		m.cfg.Events.Eventf(pod, corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", c.Name)
+		if err := m.cfg.Runtime.StopContainer(ctx, c.ID, terminationGracePeriod(pod)); err != nil {
+			return fmt.Errorf("stopping unhealthy container %s of pod %s/%s: %w", c.Name, pod.Namespace, pod.Name, err)
+		}
+		// Restart only after the PLEG has seen it exit: the back-off counts
+		// from its finish time.
+		return nil
+	}
+
+	var sandbox *runtimeapi.PodSandboxStatus
+	var sandboxConfig *runtimeapi.PodSandboxConfig
+	if actions.CreateSandbox {
+		sandboxConfig = m.sandboxConfig(pod, actions.Attempt)
 		id, err := m.cfg.Runtime.RunPodSandbox(ctx, sandboxConfig, "")
 		if err != nil {
 			m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
@@ -77,27 +161,37 @@ func (m *Manager) SyncPod(ctx context.Context, pod *corev1.Pod, status *PodStatu
 			return fmt.Errorf("status of new sandbox %s of pod %s/%s: %w", id, pod.Namespace, pod.Name, err)
 		}
 		sandbox = resp.Status
+		// Containers of the old sandbox do not count in the new one.
+		status = &PodStatus{UID: status.UID}
 	} else {
+		sandbox = status.ReadySandbox()
 		sandboxConfig = m.sandboxConfig(pod, sandbox.GetMetadata().GetAttempt())
 	}
 
-	started := false
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
-		if status.Container(c.Name) != nil {
+	for _, i := range actions.InitContainersToStart {
+		if err := m.startContainer(ctx, pod, &pod.Spec.InitContainers[i], status, sandbox.Id, sandboxConfig); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	var until time.Time
+	for _, i := range actions.ContainersToStart {
+		err := m.startContainer(ctx, pod, &pod.Spec.Containers[i], status, sandbox.Id, sandboxConfig)
+		if err == nil {
 			continue
 		}
-		imageRef, err := m.ensureImage(ctx, pod, c, sandboxConfig)
-		if err != nil {
-			return err
+		errs = append(errs, err)
+		var b *BackoffError
+		if errors.As(err, &b) && !b.Until.IsZero() && (until.IsZero() || b.Until.Before(until)) {
+			until = b.Until
 		}
-		if err := m.startContainer(ctx, pod, c, imageRef, sandbox.Id, sandboxConfig); err != nil {
-			return err
-		}
-		started = true
 	}
-	// Reaching here, every app container has been created and started once.
-	if started {
+	if len(errs) > 0 {
+		return &BackoffError{Until: until, Err: errors.Join(errs...)}
+	}
+	if len(actions.ContainersToStart) > 0 && len(actions.ContainersToStart) == len(pod.Spec.Containers) {
+		// Every app container has now started once: stamped on the first
+		// time only, as the Recorder keeps first stamps.
 		now := m.cfg.Clock.Now()
 		m.cfg.Recorder.Mark(pod.UID, reports.ImagesPulled, now)
 		m.cfg.Recorder.Mark(pod.UID, reports.ContainersStarted, now)
@@ -106,7 +200,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *corev1.Pod, status *PodStatu
 }
 
 // ensureImage makes the container's image present as its pull policy asks and
-// returns the image reference to create the container from.
+// returns the image reference to create the container from. Failed pulls back
+// off as the kubelet's image manager does: ErrImagePull, then
+// ImagePullBackOff until the back-off expires.
 func (m *Manager) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sandboxConfig *runtimeapi.PodSandboxConfig) (string, error) {
 	spec := &runtimeapi.ImageSpec{Image: c.Image}
 	resp, err := m.cfg.Images.ImageStatus(ctx, spec, false)
@@ -119,8 +215,18 @@ func (m *Manager) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 		return resp.Image.Id, nil
 	}
 	if !present && c.ImagePullPolicy == corev1.PullNever {
-		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "ErrImageNeverPull", "Container image %q is not present with pull policy of Never", c.Image)
+		msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)
+		m.cfg.Events.Event(pod, corev1.EventTypeWarning, "ErrImageNeverPull", msg)
+		m.setWaiting(pod.UID, c.Name, "ErrImageNeverPull", msg)
 		return "", fmt.Errorf("container %s of pod %s/%s: image %q is not present and its pull policy is Never", c.Name, pod.Namespace, pod.Name, c.Image)
+	}
+	key := string(pod.UID) + "_" + c.Image
+	if m.imageBackOff.IsInBackOffSinceUpdate(key, m.cfg.Clock.Now()) {
+		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
+		m.cfg.Events.Event(pod, corev1.EventTypeNormal, "BackOff", msg)
+		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "Failed", "Error: ImagePullBackOff")
+		m.setWaiting(pod.UID, c.Name, "ImagePullBackOff", msg)
+		return "", &BackoffError{Err: fmt.Errorf("container %s of pod %s/%s: %s", c.Name, pod.Namespace, pod.Name, msg)}
 	}
 	waitStart := m.cfg.Clock.Now()
 	if m.cfg.SerializeImagePulls {
@@ -132,8 +238,11 @@ func (m *Manager) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 	m.cfg.Recorder.Mark(pod.UID, reports.PullStarted, pullStart)
 	ref, err := m.cfg.Images.PullImage(ctx, spec, nil, sandboxConfig)
 	if err != nil {
+		m.imageBackOff.Next(key, m.cfg.Clock.Now())
 		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", c.Image, err)
-		return "", fmt.Errorf("pulling image %q for pod %s/%s: %w", c.Image, pod.Namespace, pod.Name, err)
+		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "Failed", "Error: ErrImagePull")
+		m.setWaiting(pod.UID, c.Name, "ErrImagePull", err.Error())
+		return "", &BackoffError{Err: fmt.Errorf("pulling image %q for pod %s/%s: %w", c.Image, pod.Namespace, pod.Name, err)}
 	}
 	now := m.cfg.Clock.Now()
 	m.cfg.Events.Eventf(pod, corev1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %v (%v including waiting)",
@@ -141,20 +250,69 @@ func (m *Manager) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 	return ref, nil
 }
 
-func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, imageRef, sandboxID string, sandboxConfig *runtimeapi.PodSandboxConfig) error {
-	config := m.containerConfig(pod, c, imageRef, 0)
+// startContainer starts one container, the first time or as a restart after
+// its back-off, keeping only the newest dead container of that name for its
+// lastState (the rest is what container GC would remove).
+func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, status *PodStatus, sandboxID string, sandboxConfig *runtimeapi.PodSandboxConfig) error {
+	prev := status.Container(c.Name)
+	attempt := uint32(0)
+	if prev != nil {
+		attempt = uint32(prev.RestartCount) + 1
+		key := backOffKey(pod, c.Name)
+		if m.crashBackOff.IsInBackOffSince(key, prev.FinishedAt) {
+			d := m.crashBackOff.Get(key)
+			m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s", c.Name, podDesc(pod))
+			msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", d, c.Name, podDesc(pod))
+			m.setWaiting(pod.UID, c.Name, "CrashLoopBackOff", msg)
+			return &BackoffError{Until: prev.FinishedAt.Add(d), Err: errors.New(msg)}
+		}
+		m.crashBackOff.Next(key, prev.FinishedAt)
+	}
+	imageRef, err := m.ensureImage(ctx, pod, c, sandboxConfig)
+	if err != nil {
+		return err
+	}
+	config := m.containerConfig(pod, c, imageRef, attempt)
 	id, err := m.cfg.Runtime.CreateContainer(ctx, sandboxID, config, sandboxConfig)
 	if err != nil {
 		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "Failed", "Error: %v", err)
+		m.setWaiting(pod.UID, c.Name, "CreateContainerError", err.Error())
 		return fmt.Errorf("creating container %s of pod %s/%s: %w", c.Name, pod.Namespace, pod.Name, err)
 	}
 	m.cfg.Events.Eventf(pod, corev1.EventTypeNormal, "Created", "Created container: %s", c.Name)
 	if err := m.cfg.Runtime.StartContainer(ctx, id); err != nil {
 		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "Failed", "Error: %v", err)
+		m.setWaiting(pod.UID, c.Name, "RunContainerError", err.Error())
 		return fmt.Errorf("starting container %s of pod %s/%s: %w", c.Name, pod.Namespace, pod.Name, err)
 	}
 	m.cfg.Events.Eventf(pod, corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
+	m.clearWaiting(pod.UID, c.Name)
+	if prev != nil {
+		for _, old := range status.Containers {
+			if old.Name == c.Name && old.ID != prev.ID {
+				if err := m.cfg.Runtime.RemoveContainer(ctx, old.ID); err != nil {
+					klog.FromContext(ctx).V(2).Info("Failed to remove an old dead container", "container", old.ID, "err", err)
+				}
+			}
+		}
+	}
 	return nil
+}
+
+func backOffKey(pod *corev1.Pod, container string) string {
+	return string(pod.UID) + "_" + container
+}
+
+// podDesc formats a pod as the kubelet's messages do: name_namespace(uid).
+func podDesc(pod *corev1.Pod) string {
+	return fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID)
+}
+
+func terminationGracePeriod(pod *corev1.Pod) int64 {
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		return *pod.Spec.TerminationGracePeriodSeconds
+	}
+	return corev1.DefaultTerminationGracePeriodSeconds
 }
 
 // KillPod stops every running container with the grace period, in parallel as

@@ -95,7 +95,7 @@ func TestSyncPod(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = m.SyncPod(ctx, tc.pod, status)
+			err = m.SyncPod(ctx, tc.pod, status, healthy{})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want it to say %q", err, tc.wantErr)
@@ -142,7 +142,7 @@ func TestSyncPod(t *testing.T) {
 
 			// A second sync of a converged pod does nothing.
 			if tc.wantErr == "" {
-				if err := m.SyncPod(ctx, tc.pod, status); err != nil {
+				if err := m.SyncPod(ctx, tc.pod, status, healthy{}); err != nil {
 					t.Fatal(err)
 				}
 				if again := drainEvents(events); len(again) != 0 {
@@ -182,7 +182,7 @@ func BenchmarkPodSync(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := m.SyncPod(ctx, pod, status); err != nil {
+		if err := m.SyncPod(ctx, pod, status, healthy{}); err != nil {
 			b.Fatal(err)
 		}
 		if status, err = m.GetPodStatus(ctx, pod.UID); err != nil {

@@ -42,15 +42,37 @@ func (s *PodStatus) ReadySandbox() *runtimeapi.PodSandboxStatus {
 	return s.Sandboxes[0]
 }
 
-// Container returns the newest container with the given name, or nil.
+// Container returns the newest container with the given name (the highest
+// restart attempt), or nil.
 func (s *PodStatus) Container(name string) *ContainerStatus {
-	var found *ContainerStatus
+	return s.nth(name, 0)
+}
+
+// Previous returns the container the newest one of that name replaced: the
+// kubelet reports it as lastState.
+func (s *PodStatus) Previous(name string) *ContainerStatus {
+	return s.nth(name, 1)
+}
+
+func (s *PodStatus) nth(name string, n int) *ContainerStatus {
+	var byName []*ContainerStatus
 	for _, c := range s.Containers {
-		if c.Name == name && (found == nil || c.CreatedAt.After(found.CreatedAt)) {
-			found = c
+		if c.Name == name {
+			byName = append(byName, c)
 		}
 	}
-	return found
+	if n >= len(byName) {
+		return nil
+	}
+	// Attempts order restarts even when two containers were created in the
+	// same clock tick.
+	slices.SortFunc(byName, func(a, b *ContainerStatus) int {
+		if c := cmp.Compare(b.RestartCount, a.RestartCount); c != 0 {
+			return c
+		}
+		return b.CreatedAt.Compare(a.CreatedAt)
+	})
+	return byName[n]
 }
 
 // GetPodStatus lists the pod's sandboxes and containers by the kubelet's UID

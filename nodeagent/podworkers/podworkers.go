@@ -6,6 +6,7 @@ package podworkers
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -18,8 +19,10 @@ import (
 
 // Syncer is what a worker calls; the agent implements it.
 type Syncer interface {
-	// SyncPod brings a running pod towards its spec.
-	SyncPod(ctx context.Context, pod *corev1.Pod) error
+	// SyncPod brings a running pod towards its spec. It reports terminal
+	// once the pod has reached Succeeded or Failed: the worker then
+	// terminates it, though it is not being deleted.
+	SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, err error)
 	// SyncTerminatingPod stops the pod's containers within the grace period.
 	SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, gracePeriod int64) error
 	// SyncTerminatedPod cleans up after the containers stopped.
@@ -152,7 +155,17 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 		var err error
 		switch st {
 		case syncing:
-			err = p.syncer.SyncPod(ctx, pod)
+			var terminal bool
+			terminal, err = p.syncer.SyncPod(ctx, pod)
+			if terminal && err == nil {
+				p.mu.Lock()
+				if w.state == syncing {
+					w.state = terminating
+				}
+				w.pending = true
+				p.mu.Unlock()
+				signal(w.wake)
+			}
 		case terminating:
 			err = p.syncer.SyncTerminatingPod(ctx, pod, gracePeriod(pod))
 			if err == nil {
@@ -168,9 +181,24 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 		}
 		if err != nil && p.ctx.Err() == nil {
 			logger.V(2).Info("Error syncing pod, skipping", "err", err)
-			p.retryAfter(w, BackOffPeriod)
+			p.retryAfter(w, p.retryDelay(err))
 		}
 	}
+}
+
+// RetryTimer is implemented by sync errors that know when the sync can
+// succeed: a container's crash back-off expiring. The kubelet requeues the
+// pod for then, so restarts happen on the back-off's schedule.
+type RetryTimer interface {
+	RetryTime() time.Time
+}
+
+func (p *PodWorkers) retryDelay(err error) time.Duration {
+	var rt RetryTimer
+	if errors.As(err, &rt) && !rt.RetryTime().IsZero() {
+		return max(rt.RetryTime().Sub(p.clock.Now()), 0)
+	}
+	return BackOffPeriod
 }
 
 // retryAfter schedules another sync of the worker's newest pod.

@@ -50,8 +50,8 @@ func (s *syncer) record(call string) error {
 	return nil
 }
 
-func (s *syncer) SyncPod(_ context.Context, pod *corev1.Pod) error {
-	return s.record("sync:" + pod.ResourceVersion)
+func (s *syncer) SyncPod(_ context.Context, pod *corev1.Pod) (bool, error) {
+	return pod.Labels["terminal"] == "true", s.record("sync:" + pod.ResourceVersion)
 }
 func (s *syncer) SyncTerminatingPod(_ context.Context, pod *corev1.Pod, grace int64) error {
 	return s.record(fmt.Sprintf("terminating:%s:%d", pod.ResourceVersion, grace))
@@ -162,3 +162,40 @@ func TestForceDeleteKillsWithZeroGrace(t *testing.T) {
 		t.Errorf("calls = %v, want a termination with grace 0", s.snapshot())
 	}
 }
+
+func TestTerminalPodIsTerminatedWithoutDeletion(t *testing.T) {
+	s := &syncer{}
+	p, _ := newWorkers(t, s)
+	done := pod("1")
+	done.Labels = map[string]string{"terminal": "true"}
+	p.UpdatePod(done)
+	waitFor(t, "the completed pod is terminated", func() bool { return p.IsTerminated("u1") })
+	got := s.snapshot()
+	want := []string{"sync:1", "terminating:1:30", "terminated:1"}
+	if len(got) != len(want) {
+		t.Fatalf("calls = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("calls = %v, want %v", got, want)
+			break
+		}
+	}
+}
+
+func TestRetryAtBackOffExpiry(t *testing.T) {
+	s := &syncer{}
+	p, clk := newWorkers(t, s)
+	until := clk.Now().Add(40 * time.Second)
+	if d := p.retryDelay(retryAt(until)); d != 40*time.Second {
+		t.Errorf("delay = %v, want the 40s left of the back-off", d)
+	}
+	if d := p.retryDelay(errors.New("plain")); d != BackOffPeriod {
+		t.Errorf("delay = %v, want BackOffPeriod for a plain error", d)
+	}
+}
+
+type retryAt time.Time
+
+func (r retryAt) Error() string        { return "backing off" }
+func (r retryAt) RetryTime() time.Time { return time.Time(r) }

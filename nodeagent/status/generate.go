@@ -15,11 +15,24 @@ import (
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
 )
 
+// Probes is what Generate needs from the prober.
+type Probes interface {
+	// Ready reports the container's readiness (true when it has no
+	// readiness probe and runs).
+	Ready(containerID string) bool
+	// Started reports whether it passed its startup probe (true without one).
+	Started(containerID string) bool
+}
+
 // Input is everything Generate reads.
 type Input struct {
 	Pod *corev1.Pod
 	// Runtime is the pod's runtime status; nil before the first sync.
 	Runtime *kuberuntime.PodStatus
+	// Waiting holds why containers wait (back-offs, pull and create errors),
+	// by container name, from the runtime manager's reason cache.
+	Waiting map[string]kuberuntime.Waiting
+	Probes  Probes
 	// Previous is the status last generated for the pod (or the API's), whose
 	// transition times and startTime are kept when nothing changed.
 	Previous corev1.PodStatus
@@ -34,10 +47,10 @@ type Input struct {
 }
 
 // Generate computes the pod's API status the way the kubelet's
-// generateAPIPodStatus does: phase from the containers' states, the
-// conditions PodReadyToStartContainers, Initialized, ContainersReady, Ready
-// and PodScheduled, and one status per app container. Ready is never True
-// before every container runs.
+// generateAPIPodStatus does: phase by getPhase's rules, the conditions
+// PodReadyToStartContainers, Initialized, ContainersReady, Ready and
+// PodScheduled, and one status per init and app container. Ready is never
+// True before every container runs and passes its readiness probe.
 func Generate(in Input) corev1.PodStatus {
 	pod := in.Pod
 	prev := in.Previous
@@ -55,7 +68,6 @@ func Generate(in Input) corev1.PodStatus {
 	if st.QOSClass == "" {
 		st.QOSClass = pod.Status.QOSClass
 	}
-
 	rt := in.Runtime
 	if rt == nil {
 		rt = &kuberuntime.PodStatus{UID: pod.UID}
@@ -70,103 +82,92 @@ func Generate(in Input) corev1.PodStatus {
 		st.PodIPs = []corev1.PodIP{{IP: st.PodIP}}
 	}
 
-	allRunning, allTerminated, anyFailed := true, true, false
-	st.ContainerStatuses = make([]corev1.ContainerStatus, 0, len(pod.Spec.Containers))
-	for i := range pod.Spec.Containers {
-		spec := &pod.Spec.Containers[i]
-		cs := containerStatus(spec, rt.Container(spec.Name), in.RuntimeName)
-		st.ContainerStatuses = append(st.ContainerStatuses, cs)
-		allRunning = allRunning && cs.State.Running != nil
-		terminated := cs.State.Terminated != nil
-		allTerminated = allTerminated && terminated
-		anyFailed = anyFailed || (terminated && cs.State.Terminated.ExitCode != 0)
+	defaultWaiting := "ContainerCreating"
+	if len(pod.Spec.InitContainers) > 0 {
+		defaultWaiting = "PodInitializing"
 	}
-	st.Phase = phase(pod, st.ContainerStatuses, allTerminated, anyFailed)
-	if in.Terminal {
-		st.Phase = corev1.PodSucceeded
-		if anyFailed || !allTerminated {
-			st.Phase = corev1.PodFailed
+	convert := func(specs []corev1.Container) []corev1.ContainerStatus {
+		if len(specs) == 0 {
+			return nil
 		}
+		out := make([]corev1.ContainerStatus, 0, len(specs))
+		for i := range specs {
+			out = append(out, containerStatus(&specs[i], rt, in, defaultWaiting))
+		}
+		return out
+	}
+	st.InitContainerStatuses = convert(pod.Spec.InitContainers)
+	st.ContainerStatuses = convert(pod.Spec.Containers)
+
+	initialized, notInitialized := initialization(pod, st.InitContainerStatuses)
+	st.Phase = getPhase(pod, st.InitContainerStatuses, st.ContainerStatuses)
+	if in.Terminal {
+		st.Phase = terminalPhase(st.ContainerStatuses)
 	}
 
-	containersReady := allRunning && len(pod.Spec.Containers) > 0
+	notReady := unready(pod, st.InitContainerStatuses, st.ContainerStatuses)
+	containersReady := len(notReady) == 0
+	terminal := st.Phase == corev1.PodSucceeded || st.Phase == corev1.PodFailed
 	conds := []corev1.PodCondition{
-		condition(corev1.PodReadyToStartContainers, sandbox != nil, ""),
-		condition(corev1.PodInitialized, true, ""),
-		condition(corev1.ContainersReady, containersReady, "ContainersNotReady"),
-		condition(corev1.PodReady, containersReady, "ContainersNotReady"),
-	}
-	if sc := findCondition(pod.Status.Conditions, corev1.PodScheduled); sc != nil {
-		conds = append(conds, *sc)
+		{Type: corev1.PodReadyToStartContainers, Status: boolStatus(sandbox != nil)},
+		{Type: corev1.PodInitialized, Status: boolStatus(initialized)},
+		{Type: corev1.ContainersReady, Status: boolStatus(containersReady && !terminal)},
+		{Type: corev1.PodReady, Status: boolStatus(containersReady && !terminal)},
 	}
 	for i := range conds {
 		c := &conds[i]
-		if c.Type == corev1.PodScheduled {
-			continue
-		}
-		if c.Status == corev1.ConditionFalse && c.Reason != "" {
-			c.Message = "containers with unready status: " + unready(st.ContainerStatuses)
+		switch {
+		case c.Status == corev1.ConditionTrue, c.Type == corev1.PodReadyToStartContainers:
+		case c.Type == corev1.PodInitialized:
+			c.Reason, c.Message = "ContainersNotInitialized", "containers with incomplete status: ["+strings.Join(notInitialized, " ")+"]"
+		case terminal:
+			c.Reason = "PodCompleted"
+		default:
+			c.Reason, c.Message = "ContainersNotReady", "containers with unready status: ["+strings.Join(notReady, " ")+"]"
 		}
 		c.LastTransitionTime = now
 		if old := findCondition(prev.Conditions, c.Type); old != nil && old.Status == c.Status {
 			c.LastTransitionTime = old.LastTransitionTime
 		}
 	}
+	if sc := findCondition(pod.Status.Conditions, corev1.PodScheduled); sc != nil {
+		conds = append(conds, *sc)
+	}
 	st.Conditions = conds
 	return st
 }
 
-// phase follows the kubelet's getPhase for pods without init containers.
-func phase(pod *corev1.Pod, statuses []corev1.ContainerStatus, allTerminated, anyFailed bool) corev1.PodPhase {
-	if len(statuses) == 0 {
-		return corev1.PodPending
-	}
-	if allTerminated {
-		switch {
-		case pod.Spec.RestartPolicy == corev1.RestartPolicyAlways:
-			// The kubelet will restart them: still Running.
-			return corev1.PodRunning
-		case anyFailed && pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
-			return corev1.PodFailed
-		case anyFailed:
-			return corev1.PodRunning
-		default:
-			return corev1.PodSucceeded
-		}
-	}
-	for _, cs := range statuses {
-		if cs.State.Waiting != nil && cs.LastTerminationState.Terminated == nil {
-			return corev1.PodPending
-		}
-	}
-	return corev1.PodRunning
-}
-
-func containerStatus(spec *corev1.Container, c *kuberuntime.ContainerStatus, runtimeName string) corev1.ContainerStatus {
+// containerStatus is one container's status, from its newest runtime
+// container, the one before it (lastState), and the reason cache.
+func containerStatus(spec *corev1.Container, rt *kuberuntime.PodStatus, in Input, defaultWaiting string) corev1.ContainerStatus {
 	cs := corev1.ContainerStatus{Name: spec.Name, Image: spec.Image, Started: new(bool)}
+	waiting, isWaiting := in.Waiting[spec.Name]
+	c := rt.Container(spec.Name)
 	if c == nil {
-		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: defaultWaiting}
+		if isWaiting {
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: waiting.Reason, Message: waiting.Message}
+		}
 		return cs
 	}
-	cs.ContainerID = runtimeName + "://" + c.ID
+	cs.ContainerID = in.RuntimeName + "://" + c.ID
 	cs.ImageID = c.ImageRef
 	cs.RestartCount = c.RestartCount
+	if p := rt.Previous(spec.Name); p != nil && p.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+		cs.LastTerminationState.Terminated = terminated(p, in.RuntimeName)
+	}
 	switch c.State {
 	case runtimeapi.ContainerState_CONTAINER_RUNNING:
 		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.StartedAt)}
-		cs.Ready = true
-		*cs.Started = true
+		*cs.Started = in.Probes == nil || in.Probes.Started(c.ID)
+		cs.Ready = *cs.Started && (in.Probes == nil || in.Probes.Ready(c.ID))
 	case runtimeapi.ContainerState_CONTAINER_EXITED:
-		reason := c.Reason
-		if reason == "" {
-			reason = "Completed"
-			if c.ExitCode != 0 {
-				reason = "Error"
-			}
-		}
-		cs.State.Terminated = &corev1.ContainerStateTerminated{
-			ExitCode: c.ExitCode, Reason: reason, Message: c.Message, ContainerID: cs.ContainerID,
-			StartedAt: metav1.NewTime(c.StartedAt), FinishedAt: metav1.NewTime(c.FinishedAt),
+		if isWaiting {
+			// Waiting to restart: the kubelet shows why, and the exit as lastState.
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: waiting.Reason, Message: waiting.Message}
+			cs.LastTerminationState.Terminated = terminated(c, in.RuntimeName)
+		} else {
+			cs.State.Terminated = terminated(c, in.RuntimeName)
 		}
 	default:
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
@@ -174,11 +175,150 @@ func containerStatus(spec *corev1.Container, c *kuberuntime.ContainerStatus, run
 	return cs
 }
 
-func condition(t corev1.PodConditionType, ok bool, reason string) corev1.PodCondition {
-	if ok {
-		return corev1.PodCondition{Type: t, Status: corev1.ConditionTrue}
+func terminated(c *kuberuntime.ContainerStatus, runtimeName string) *corev1.ContainerStateTerminated {
+	reason := c.Reason
+	if reason == "" {
+		reason = "Completed"
+		if c.ExitCode != 0 {
+			reason = "Error"
+		}
 	}
-	return corev1.PodCondition{Type: t, Status: corev1.ConditionFalse, Reason: reason}
+	return &corev1.ContainerStateTerminated{
+		ExitCode: c.ExitCode, Reason: reason, Message: c.Message, ContainerID: runtimeName + "://" + c.ID,
+		StartedAt: metav1.NewTime(c.StartedAt), FinishedAt: metav1.NewTime(c.FinishedAt),
+	}
+}
+
+// getPhase follows the kubelet's getPhase: init containers first (a regular
+// one that failed and may not restart fails the pod), then sidecars and app
+// containers.
+func getPhase(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatus) corev1.PodPhase {
+	pendingInit, failedInitNotRestartable := 0, 0
+	unknown, running, waiting, stopped, succeeded := 0, 0, 0, 0, 0
+	for i := range pod.Spec.InitContainers {
+		spec := &pod.Spec.InitContainers[i]
+		cs := initStatuses[i]
+		if kuberuntime.IsSidecar(spec) {
+			switch {
+			case cs.State.Running != nil:
+				running++
+				if !*cs.Started {
+					pendingInit++
+				}
+			case cs.State.Waiting != nil && cs.LastTerminationState.Terminated == nil:
+				pendingInit++
+				waiting++
+			}
+			continue
+		}
+		exit := int32(0)
+		switch {
+		case cs.State.Terminated != nil:
+			exit = cs.State.Terminated.ExitCode
+		case cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil:
+			exit = cs.LastTerminationState.Terminated.ExitCode
+		default:
+			pendingInit++
+			continue
+		}
+		if exit != 0 && !kuberuntime.ShouldRestart(pod.Spec.RestartPolicy, exit) {
+			failedInitNotRestartable++
+		} else if exit != 0 || cs.State.Waiting != nil {
+			pendingInit++
+		}
+	}
+	if failedInitNotRestartable > 0 {
+		return corev1.PodFailed
+	}
+	if pendingInit > 0 {
+		return corev1.PodPending
+	}
+	for _, cs := range statuses {
+		switch {
+		case cs.State.Running != nil:
+			running++
+		case cs.State.Terminated != nil:
+			stopped++
+			if cs.State.Terminated.ExitCode == 0 {
+				succeeded++
+			}
+		case cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil:
+			// Restarting: it ran, so it counts as stopped, not pending.
+			stopped++
+		case cs.State.Waiting != nil:
+			waiting++
+		default:
+			unknown++
+		}
+	}
+	switch {
+	case waiting > 0:
+		return corev1.PodPending
+	case running > 0 && unknown == 0:
+		return corev1.PodRunning
+	case running == 0 && stopped > 0 && unknown == 0:
+		switch {
+		case pod.Spec.RestartPolicy == corev1.RestartPolicyAlways:
+			return corev1.PodRunning
+		case stopped == succeeded:
+			return corev1.PodSucceeded
+		case pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
+			return corev1.PodFailed
+		default:
+			return corev1.PodRunning
+		}
+	default:
+		return corev1.PodPending
+	}
+}
+
+func terminalPhase(statuses []corev1.ContainerStatus) corev1.PodPhase {
+	for _, cs := range statuses {
+		if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
+			return corev1.PodFailed
+		}
+	}
+	return corev1.PodSucceeded
+}
+
+// initialization reports whether every regular init container succeeded
+// and every sidecar started, and names those that did not.
+func initialization(pod *corev1.Pod, statuses []corev1.ContainerStatus) (bool, []string) {
+	var incomplete []string
+	for i := range pod.Spec.InitContainers {
+		cs := statuses[i]
+		done := cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0
+		if kuberuntime.IsSidecar(&pod.Spec.InitContainers[i]) {
+			done = cs.Started != nil && *cs.Started
+		}
+		if !done {
+			incomplete = append(incomplete, cs.Name)
+		}
+	}
+	return len(incomplete) == 0, incomplete
+}
+
+// unready names the app containers and sidecars that are not ready.
+func unready(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatus) []string {
+	var names []string
+	for i := range pod.Spec.InitContainers {
+		if kuberuntime.IsSidecar(&pod.Spec.InitContainers[i]) && !initStatuses[i].Ready {
+			names = append(names, initStatuses[i].Name)
+		}
+	}
+	for _, cs := range statuses {
+		if !cs.Ready {
+			names = append(names, cs.Name)
+		}
+	}
+	return names
+}
+
+func boolStatus(ok bool) corev1.ConditionStatus {
+	if ok {
+		return corev1.ConditionTrue
+	}
+	return corev1.ConditionFalse
 }
 
 func findCondition(conds []corev1.PodCondition, t corev1.PodConditionType) *corev1.PodCondition {
@@ -189,14 +329,4 @@ func findCondition(conds []corev1.PodCondition, t corev1.PodConditionType) *core
 		}
 	}
 	return nil
-}
-
-func unready(statuses []corev1.ContainerStatus) string {
-	var names []string
-	for _, cs := range statuses {
-		if !cs.Ready {
-			names = append(names, cs.Name)
-		}
-	}
-	return "[" + strings.Join(names, " ") + "]"
 }
