@@ -135,13 +135,15 @@ func (m *Manager) SyncPod(ctx context.Context, pod *corev1.Pod, status *PodStatu
 			return err
 		}
 	}
-	for _, c := range actions.ContainersToKill {
-		m.cfg.Events.Eventf(pod, corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", c.Name)
-		if err := m.cfg.Runtime.StopContainer(ctx, c.ID, terminationGracePeriod(pod)); err != nil {
-			return fmt.Errorf("stopping unhealthy container %s of pod %s/%s: %w", c.Name, pod.Namespace, pod.Name, err)
+	if len(actions.ContainersToKill) > 0 {
+		for _, c := range actions.ContainersToKill {
+			msg := fmt.Sprintf("Container %s failed liveness probe, will be restarted", c.Name)
+			if err := m.killContainer(ctx, pod, c, terminationGracePeriod(pod), msg); err != nil {
+				return err
+			}
 		}
-		// Restart only after the PLEG has seen it exit: the back-off counts
-		// from its finish time.
+		// Restart only after the PLEG has seen them exit: the back-off
+		// counts from the finish time.
 		return nil
 	}
 
@@ -315,6 +317,10 @@ func terminationGracePeriod(pod *corev1.Pod) int64 {
 	return corev1.DefaultTerminationGracePeriodSeconds
 }
 
+// minimumGracePeriod is what a container gets to stop after its preStop
+// hook, however long the hook took: the kubelet's minimumGracePeriodInSeconds.
+const minimumGracePeriod = 2
+
 // KillPod stops every running container with the grace period, in parallel as
 // the kubelet does, then stops the sandbox.
 func (m *Manager) KillPod(ctx context.Context, pod *corev1.Pod, status *PodStatus, gracePeriod int64) error {
@@ -324,11 +330,7 @@ func (m *Manager) KillPod(ctx context.Context, pod *corev1.Pod, status *PodStatu
 			continue
 		}
 		g.Go(func() error {
-			m.cfg.Events.Eventf(pod, corev1.EventTypeNormal, "Killing", "Stopping container %s", c.Name)
-			if err := m.cfg.Runtime.StopContainer(ctx, c.ID, gracePeriod); err != nil {
-				return fmt.Errorf("stopping container %s of pod %s/%s: %w", c.Name, pod.Namespace, pod.Name, err)
-			}
-			return nil
+			return m.killContainer(ctx, pod, c, gracePeriod, fmt.Sprintf("Stopping container %s", c.Name))
 		})
 	}
 	err := g.Wait()
@@ -341,6 +343,57 @@ func (m *Manager) KillPod(ctx context.Context, pod *corev1.Pod, status *PodStatu
 		}
 	}
 	return err
+}
+
+// killContainer runs the container's preStop hook, then stops it with what
+// is left of the grace period (at least minimumGracePeriod), as the
+// kubelet's killContainer.
+func (m *Manager) killContainer(ctx context.Context, pod *corev1.Pod, c *ContainerStatus, gracePeriod int64, message string) error {
+	m.cfg.Events.Event(pod, corev1.EventTypeNormal, "Killing", message)
+	if spec := containerSpec(pod, c.Name); spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && gracePeriod > 0 &&
+		c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		gracePeriod -= m.runPreStopHook(ctx, pod, c, spec.Lifecycle.PreStop, gracePeriod)
+	}
+	gracePeriod = max(gracePeriod, minimumGracePeriod)
+	if err := m.cfg.Runtime.StopContainer(ctx, c.ID, gracePeriod); err != nil {
+		return fmt.Errorf("stopping container %s of pod %s/%s: %w", c.Name, pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// runPreStopHook runs the hook within the grace period and returns the
+// seconds it took. A failed hook is reported and the stop goes on.
+func (m *Manager) runPreStopHook(ctx context.Context, pod *corev1.Pod, c *ContainerStatus, hook *corev1.LifecycleHandler, gracePeriod int64) int64 {
+	start := m.cfg.Clock.Now()
+	budget := time.Duration(gracePeriod) * time.Second
+	var err error
+	switch {
+	case hook.Exec != nil:
+		_, _, err = m.cfg.Runtime.ExecSync(ctx, c.ID, hook.Exec.Command, budget)
+	case hook.Sleep != nil:
+		select {
+		case <-m.cfg.Clock.After(min(time.Duration(hook.Sleep.Seconds)*time.Second, budget)):
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	default:
+		err = errors.New("httpGet and tcpSocket lifecycle hooks are not supported by fleetlet yet")
+	}
+	if err != nil {
+		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
+	}
+	return int64(m.cfg.Clock.Since(start).Seconds())
+}
+
+func containerSpec(pod *corev1.Pod, name string) *corev1.Container {
+	for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range list {
+			if list[i].Name == name {
+				return &list[i]
+			}
+		}
+	}
+	return nil
 }
 
 // RemovePod removes the pod's containers and sandboxes from the runtime, once
