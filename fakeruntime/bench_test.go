@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -124,5 +125,26 @@ func BenchmarkListContainers(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkListContainersWithBehaviour is the PLEG relist of a full node
+// whose containers all have a behaviour (a RunFor that has not elapsed, and
+// probe schedules): the cost the behaviour model adds to every relist.
+func BenchmarkListContainersWithBehaviour(b *testing.B) {
+	ctx := context.Background()
+	rt := New(Config{PreloadedImages: []string{pauseImage}, Seed: 1, Behaviour: Behaviour{Containers: ContainerBehaviour{
+		RunFor: new(Duration(time.Hour)), Jitter: new(0.1), Readiness: []ProbeStep{{After: 0, Succeed: true}},
+	}}})
+	setPodCIDR(b, rt, testPodCIDR)
+	for i := range 110 {
+		pod := podWithBehaviour(fmt.Sprintf("pod-%d", i), `{"*": {"exitCode": 1}}`)
+		runContainer(b, rt, runPod(b, rt, pod), pod, "app", pauseImage)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if cs, err := rt.ListContainers(ctx, nil); err != nil || len(cs) != 110 {
+			b.Fatalf("ListContainers = %d containers, %v; want 110", len(cs), err)
+		}
 	}
 }

@@ -50,10 +50,36 @@ type container struct {
 	logPath     string
 	resources   *runtimeapi.ContainerResources
 
-	state                            runtimeapi.ContainerState
-	createdAt, startedAt, finishedAt int64
-	exitCode                         int32
-	reason, message                  string
+	createdAt int64
+	runState  // state, startedAt, finishedAt, exitCode, reason
+	message   string
+
+	// model is the container's resolved behaviour, shared and read-only;
+	// life is its RunFor (jittered) and exit code. (The jitter key is not
+	// kept but hashed again from the ID when needed: a record a few bytes
+	// larger would take the next allocation size class.)
+	model *model
+	life  lifecycle
+}
+
+// settle brings the record up to date at now, as the behaviour model says
+// (see stateAt): a running container whose RunFor has elapsed is recorded as
+// exited. Everything that reads or changes a container's state settles it
+// first, so it never matters when, or whether, anyone looked in between.
+func (c *container) settle(now int64) {
+	// Most containers never exit by themselves: skip the copy for them, as
+	// the PLEG settles every container of the node every second.
+	if c.life.runFor > 0 && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		c.runState = stateAt(c.runState, c.life, now)
+	}
+}
+
+// latency is one of c's latencies (or its RunFor), jittered for c.
+func (r *Runtime) latency(c *container, d time.Duration, salt uint64) time.Duration {
+	if c.model.jitter == 0 || d <= 0 {
+		return d // skip hashing the ID
+	}
+	return jittered(d, c.model.jitter, jitterKey(r.seed, c.id), salt)
 }
 
 // containerName is the name containerd reserves for a container: one per
@@ -79,11 +105,13 @@ func stopOutcome(stopLatency time.Duration, timeout int64) (wait time.Duration, 
 	return stopLatency, 0, reasonCompleted
 }
 
-// CreateContainer creates a container in the CREATED state after
-// Behaviour.ContainerCreateLatency. The sandbox must exist and be ready
-// (NotFound otherwise) and the image must be present (NotFound "image X not
-// found", as containerd): the kubelet passes the image ID PullImage returned,
-// but a name or repo digest works too.
+// CreateContainer creates a container in the CREATED state after its create
+// latency, with the behaviour its pod's annotation and the node's default
+// give it (see the package documentation). The sandbox must exist and be
+// ready (NotFound otherwise), its behaviour annotation must parse
+// (InvalidArgument otherwise) and the image must be present (NotFound "image
+// X not found", as containerd): the kubelet passes the image ID PullImage
+// returned, but a name or repo digest works too.
 func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, config *runtimeapi.ContainerConfig, sandboxConfig *runtimeapi.PodSandboxConfig) (string, error) {
 	md := config.GetMetadata()
 	if md.GetName() == "" {
@@ -93,15 +121,35 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	if imageRef == "" {
 		return "", status.Errorf(codes.InvalidArgument, "CreateContainer %q in sandbox %s: the container config names no image", md.GetName(), podSandboxID)
 	}
-	if err := r.wait(ctx, r.behaviour.ContainerCreateLatency); err != nil {
+	// The behaviour decides the create latency, so resolve it first; the
+	// sandbox is checked again after the wait, as it may change meanwhile.
+	r.mu.Lock()
+	sb, err := lookupLocked(r.sandboxes, "pod sandbox", podSandboxID)
+	if err != nil {
+		r.mu.Unlock()
+		return "", status.Errorf(status.Code(err), "CreateContainer %q: %s", md.GetName(), status.Convert(err).Message())
+	}
+	m, err := r.modelLocked(sb, md.GetName())
+	sbID := sb.id
+	r.mu.Unlock()
+	if err != nil {
+		return "", status.Errorf(codes.InvalidArgument, "CreateContainer %q: %v", md.GetName(), err)
+	}
+	createLatency := m.createLatency
+	if m.jitter > 0 && createLatency > 0 {
+		// There is no container ID yet: draw from the sandbox ID (seeded)
+		// and the container's name and attempt instead.
+		key := jitterKey(r.seed, sbID+"/"+md.GetName()+"/"+strconv.FormatUint(uint64(md.GetAttempt()), 10))
+		createLatency = jittered(createLatency, m.jitter, key, saltCreate)
+	}
+	if err := r.wait(ctx, createLatency); err != nil {
 		return "", ctxError("CreateContainer "+md.GetName()+" in sandbox "+podSandboxID, err)
 	}
 	createdAt := r.now()
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	sb, err := lookupLocked(r.sandboxes, "pod sandbox", podSandboxID)
-	if err != nil {
+	if sb, err = lookupLocked(r.sandboxes, "pod sandbox", sbID); err != nil {
 		return "", status.Errorf(status.Code(err), "CreateContainer %q: %s", md.GetName(), status.Convert(err).Message())
 	}
 	if sb.state != runtimeapi.PodSandboxState_SANDBOX_READY {
@@ -129,9 +177,11 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 		imageHandler:     config.GetImage().GetRuntimeHandler(),
 		labels:           maps.Clone(config.GetLabels()),
 		annotations:      maps.Clone(config.GetAnnotations()),
-		state:            runtimeapi.ContainerState_CONTAINER_CREATED,
+		runState:         runState{state: runtimeapi.ContainerState_CONTAINER_CREATED},
 		createdAt:        createdAt,
+		model:            m,
 	}
+	c.life = lifecycle{runFor: r.latency(c, m.runFor, saltRunFor), exitCode: m.exitCode}
 	// containerd joins the two only when both are set.
 	if sb.logDirectory != "" && config.GetLogPath() != "" {
 		c.logPath = filepath.Join(sb.logDirectory, config.GetLogPath())
@@ -148,19 +198,41 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	return c.id, nil
 }
 
-// StartContainer moves a CREATED container to RUNNING after
-// Behaviour.ContainerStartLatency. Its sandbox must still be ready.
+// modelLocked resolves the behaviour of the container named name in sb: the
+// pod's entry for it (or its "*" entry) merged over the node's default. The
+// many containers whose pods have no entry share the node's model.
+func (r *Runtime) modelLocked(sb *sandbox, name string) (*model, error) {
+	if sb.behaviour == nil {
+		return r.defaultModel, nil
+	}
+	if sb.behaviour.err != nil {
+		return nil, errPodBehaviour(sb.podNamespace, sb.podName, sb.behaviour.err)
+	}
+	cb, ok := sb.behaviour.pod.forContainer(name)
+	if !ok {
+		return r.defaultModel, nil
+	}
+	return resolveModel(cb.over(r.behaviour.Containers), r.behaviour), nil
+}
+
+// StartContainer moves a CREATED container to RUNNING after its start
+// latency. Its sandbox must still be ready. From then on its behaviour's
+// schedules (RunFor, probes, exec) run from its start time.
 func (r *Runtime) StartContainer(ctx context.Context, containerID string) error {
 	// Check before the latency so that a bad call fails at once, and again
 	// after it since the container may have changed meanwhile.
 	r.mu.Lock()
 	c, err := r.startableLocked(containerID)
+	var latency time.Duration
+	if err == nil {
+		latency = r.latency(c, c.model.startLatency, saltStart)
+	}
 	r.mu.Unlock()
 	if err != nil {
 		return err
 	}
 	id := c.id
-	if err := r.wait(ctx, r.behaviour.ContainerStartLatency); err != nil {
+	if err := r.wait(ctx, latency); err != nil {
 		return ctxError("StartContainer "+id, err)
 	}
 	startedAt := r.now()
@@ -189,11 +261,13 @@ func (r *Runtime) startableLocked(containerID string) (*container, error) {
 	return c, nil
 }
 
-// StopContainer stops a RUNNING container as stopOutcome decides: after
-// Behaviour.StopLatency with exit code 0 ("Completed"), or killed (137,
-// "Error") when the grace period of timeout seconds runs out first. Stopping
-// a container that is not running does nothing and is not an error; a
-// container that never started stays CREATED, as in containerd.
+// StopContainer stops a RUNNING container as stopOutcome decides: after its
+// stop latency with exit code 0 ("Completed"), or killed (137, "Error") when
+// the grace period of timeout seconds runs out first. Stopping a container
+// that is not running, including one that has exited by itself, does nothing
+// and is not an error; a container that never started stays CREATED, as in
+// containerd. A container whose RunFor ends while it is being stopped exits
+// by itself, with its own exit code.
 func (r *Runtime) StopContainer(ctx context.Context, containerID string, timeout int64) error {
 	r.mu.Lock()
 	c, err := lookupLocked(r.containers, "container", containerID)
@@ -201,12 +275,14 @@ func (r *Runtime) StopContainer(ctx context.Context, containerID string, timeout
 		r.mu.Unlock()
 		return err
 	}
+	c.settle(r.now())
 	id, running := c.id, c.state == runtimeapi.ContainerState_CONTAINER_RUNNING
+	stopLatency := r.latency(c, c.model.stopLatency, saltStop)
 	r.mu.Unlock()
 	if !running {
 		return nil
 	}
-	wait, exitCode, reason := stopOutcome(r.behaviour.StopLatency, timeout)
+	wait, exitCode, reason := stopOutcome(stopLatency, timeout)
 	if err := r.wait(ctx, wait); err != nil {
 		return ctxError("StopContainer "+id, err)
 	}
@@ -214,9 +290,13 @@ func (r *Runtime) StopContainer(ctx context.Context, containerID string, timeout
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// It may have been removed, or killed with its sandbox, meanwhile.
-	if c := r.containers[id]; c != nil && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
-		c.exit(finishedAt, exitCode, reason)
+	// It may have been removed, killed with its sandbox, or exited by itself
+	// meanwhile.
+	if c := r.containers[id]; c != nil {
+		c.settle(finishedAt)
+		if c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			c.exit(finishedAt, exitCode, reason)
+		}
 	}
 	return nil
 }
@@ -252,9 +332,11 @@ func (r *Runtime) RemoveContainer(ctx context.Context, containerID string) error
 func (r *Runtime) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := r.now()
 	selector := compileSelector(filter.GetLabelSelector())
 	matched := make([]*container, 0, len(r.containers))
 	for _, c := range r.containers {
+		c.settle(now) // before matching: the filter may name a state
 		if c.matches(filter, selector) {
 			matched = append(matched, c)
 		}
@@ -297,6 +379,7 @@ func (r *Runtime) ContainerStatus(ctx context.Context, containerID string, verbo
 	if err != nil {
 		return nil, err
 	}
+	c.settle(r.now())
 	return &runtimeapi.ContainerStatusResponse{Status: c.toStatus()}, nil
 }
 
@@ -309,6 +392,7 @@ func (r *Runtime) UpdateContainerResources(ctx context.Context, containerID stri
 	if err != nil {
 		return err
 	}
+	c.settle(r.now())
 	if c.state != runtimeapi.ContainerState_CONTAINER_CREATED && c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		return status.Errorf(codes.FailedPrecondition, "UpdateContainerResources %s: container is in state %s; only a created or running container can be updated", c.id, c.state)
 	}
@@ -318,9 +402,12 @@ func (r *Runtime) UpdateContainerResources(ctx context.Context, containerID stri
 	return nil
 }
 
-// ExecSync runs nothing: the command of a RUNNING container "exits" 0 with no
-// output. A non-zero exit code, once the behaviour model has them, comes back
-// as a utilexec.CodeExitError, as k8s.io/cri-client returns it.
+// ExecSync runs nothing: the command of a RUNNING container exits and prints
+// as the container's exec behaviours say at this moment (by default 0, with
+// no output). A non-zero exit code comes back as a utilexec.CodeExitError,
+// as k8s.io/cri-client returns it for a real runtime, so that callers handle
+// the in-process and the socket paths alike. A container that is not running
+// (including one that has exited by itself) fails the call, as in containerd.
 func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout []byte, stderr []byte, err error) {
 	stdout, stderr, exitCode, err := r.execSync(ctx, containerID, cmd, timeout)
 	if err == nil && exitCode != 0 {
@@ -340,10 +427,17 @@ func (r *Runtime) execSync(ctx context.Context, containerID string, cmd []string
 	if err != nil {
 		return nil, nil, 0, err
 	}
+	now := r.now()
+	c.settle(now)
 	if c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
-		return nil, nil, 0, status.Errorf(codes.FailedPrecondition, "ExecSync %q in container %s: container is in state %s, not running", cmd, c.id, c.state)
+		// containerd's words, with the command and container for context.
+		return nil, nil, 0, status.Errorf(codes.FailedPrecondition, "ExecSync %q in container %s: failed to exec in container: container is in %s state", cmd, c.id, c.state)
 	}
-	return nil, nil, 0, nil
+	out, exitCode := execAt(c.model.exec, cmd, time.Duration(now-c.startedAt))
+	if out != "" {
+		stdout = []byte(out)
+	}
+	return stdout, nil, exitCode, nil
 }
 
 func (c *container) fillMetadata(md *runtimeapi.ContainerMetadata) *runtimeapi.ContainerMetadata {

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -56,7 +58,17 @@ func (r *Runtime) newImage(ref string) (*image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img := &image{size: uint64(r.behaviour.ImageSizeBytes)}
+	return r.newImageNamed(name, r.imageBehaviour(ref, name)), nil
+}
+
+// newImageNamed is newImage for ref already normalised to name, with its
+// behaviour ib.
+func (r *Runtime) newImageNamed(name string, ib ImageBehaviour) *image {
+	size := r.behaviour.ImageSizeBytes
+	if ib.SizeBytes > 0 {
+		size = ib.SizeBytes
+	}
+	img := &image{size: uint64(size)}
 	if repo, digest, ok := strings.Cut(name, "@"); ok {
 		// Pulled by digest: containerd records the digest and no tag.
 		if i := strings.LastIndexByte(repo, ':'); i > strings.LastIndexByte(repo, '/') {
@@ -64,13 +76,66 @@ func (r *Runtime) newImage(ref string) (*image, error) {
 		}
 		img.repoDigests = []string{repo + "@" + digest}
 		img.id = "sha256:" + hashHex("fleetlet-fake image config\x00"+img.repoDigests[0])
-		return img, nil
+		return img
 	}
 	repo := name[:strings.LastIndexByte(name, ':')]
 	img.repoTags = []string{name}
 	img.repoDigests = []string{repo + "@sha256:" + hashHex("fleetlet-fake manifest\x00"+name)}
 	img.id = "sha256:" + hashHex("fleetlet-fake image config\x00"+name)
-	return img, nil
+	return img
+}
+
+// indexImageBehaviours keys the behaviours both as written and as
+// normalised, so that a pull finds its behaviour with one or two map
+// lookups however the pod spells the image. A key as written wins over one
+// that only normalises to it; among keys that normalise alike (Validate
+// reports them) the first in sorted order wins, so that a replay does not
+// depend on map order. Keys that do not parse stay reachable as written.
+func indexImageBehaviours(images map[string]ImageBehaviour) map[string]ImageBehaviour {
+	if len(images) == 0 {
+		return nil
+	}
+	index := make(map[string]ImageBehaviour, 2*len(images))
+	for _, ref := range slices.Sorted(maps.Keys(images)) {
+		ib := images[ref]
+		ib.PullLatency = clonePtr(ib.PullLatency) // keep none of the caller's pointers
+		index[ref] = ib
+		name, err := normaliseImageRef(ref)
+		if err != nil {
+			continue
+		}
+		if _, written := images[name]; written {
+			continue
+		}
+		if _, taken := index[name]; !taken {
+			index[name] = ib
+		}
+	}
+	return index
+}
+
+// imageBehaviour is the behaviour of the image ref, normalised to name: the
+// key written as ref wins over one that only normalises to the same name.
+func (r *Runtime) imageBehaviour(ref, name string) ImageBehaviour {
+	if r.imageBehaviours == nil {
+		return ImageBehaviour{}
+	}
+	if ib, ok := r.imageBehaviours[ref]; ok {
+		return ib
+	}
+	return r.imageBehaviours[name]
+}
+
+// pullError is the error containerd's CRI plugin returns when the registry
+// refuses a pull, for the image normalised to name: code Unknown for an
+// authorization failure, NotFound for a missing tag (containerd maps its
+// errdefs.ErrNotFound to that code).
+func pullError(name, reason string) error {
+	prefix := fmt.Sprintf("failed to pull and unpack image %q: failed to resolve reference %q: ", name, name)
+	if reason == PullErrorNotFound {
+		return status.Error(codes.NotFound, prefix+name+": not found")
+	}
+	return status.Error(codes.Unknown, prefix+"pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed")
 }
 
 func hashHex(s string) string {
@@ -149,18 +214,40 @@ func isHex(s string) bool {
 	return true
 }
 
-// PullImage makes the image present after Behaviour.PullLatency and returns
-// its ID, which is what the kubelet passes on to CreateContainer. Pulling an
-// image already present takes the same time and changes nothing.
+// PullImage makes the image present after the pull latency (the node's
+// PullLatency, or the image's own) and returns its ID, which is what the
+// kubelet passes on to CreateContainer. Pulling an image already present
+// takes the same time and changes nothing. A pull error, from the image's
+// behaviour or the pod's fleetlet.io/pull-error annotation (podSandboxConfig
+// carries the pod's annotations), fails it after the latency as containerd
+// fails it; present or not, since containerd asks the registry first.
 func (r *Runtime) PullImage(ctx context.Context, spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, podSandboxConfig *runtimeapi.PodSandboxConfig) (string, error) {
 	ref := spec.GetImage()
-	img, err := r.newImage(ref)
+	name, err := normaliseImageRef(ref)
 	if err != nil {
 		return "", status.Errorf(codes.InvalidArgument, "PullImage %q: %v", ref, err)
 	}
-	if err := r.wait(ctx, r.behaviour.PullLatency); err != nil {
+	ib := r.imageBehaviour(ref, name)
+	failWith := ib.PullError
+	if v, ok := podSandboxConfig.GetAnnotations()[AnnotationPullError]; ok {
+		if !validPullError(v) {
+			md := podSandboxConfig.GetMetadata()
+			return "", status.Errorf(codes.InvalidArgument, "PullImage %q for pod %s/%s: annotation %s is %q; use %q or %q, or remove it",
+				ref, md.GetNamespace(), md.GetName(), AnnotationPullError, v, PullErrorUnauthorized, PullErrorNotFound)
+		}
+		failWith = v // the pod is more specific than the image
+	}
+	latency := r.behaviour.PullLatency
+	if ib.PullLatency != nil {
+		latency = max(time.Duration(*ib.PullLatency), 0)
+	}
+	if err := r.wait(ctx, latency); err != nil {
 		return "", ctxError("PullImage "+ref, err)
 	}
+	if failWith != "" {
+		return "", pullError(name, failWith)
+	}
+	img := r.newImageNamed(name, ib)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// A digest of an image already pulled by tag names that image.

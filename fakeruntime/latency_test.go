@@ -3,6 +3,7 @@ package fakeruntime
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -249,7 +250,7 @@ func TestBehaviourFromJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Behaviour{PullLatency: 2 * time.Second, SandboxStartLatency: time.Millisecond, StopLatency: 3 * time.Second, ImageSizeBytes: 1024}
-	if b != want {
+	if !reflect.DeepEqual(b, want) {
 		t.Errorf("got %+v, want %+v", b, want)
 	}
 }

@@ -1,18 +1,3 @@
-// Package fakeruntime is an in-memory CRI v1 runtime and image service: one
-// Runtime stands in for containerd on one emulated node.
-//
-// A Runtime implements the kubelet's internal CRI interfaces
-// (internalapi.RuntimeService and internalapi.ImageManagerService), so a node
-// agent can call it in-process with no gRPC and no request structs: that is
-// the cheap path for thousands of nodes in one process. Serve exposes the same
-// Runtime on a unix socket as a real CRI v1 gRPC server, for k8s.io/cri-client
-// and crictl.
-//
-// Nothing runs: containers are records whose state changes when the agent
-// calls the API. Every simulated duration comes from Behaviour (data, not
-// code) and is measured on the injected clock, so tests and replays control
-// time. Where CRI leaves room, the Runtime behaves like containerd, so that an
-// agent written against the fake also works against containerd.
 package fakeruntime
 
 import (
@@ -28,6 +13,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
@@ -57,9 +43,10 @@ const (
 	defaultImageSizeBytes = 10 << 20
 )
 
-// Behaviour is the data that drives the simulation: every simulated duration
-// comes from here, so profiles can set it from YAML or JSON. Durations in JSON
-// are integer nanoseconds (encoding/json's encoding of time.Duration).
+// Behaviour is the data that drives one node's simulation, so profiles can
+// set it from YAML or JSON. The node-wide latencies are time.Durations, which
+// JSON spells as integer nanoseconds (encoding/json's encoding); Containers
+// and Images use the Duration strings pods use in their annotations.
 // Negative durations are treated as zero; Validate reports them.
 type Behaviour struct {
 	// PullLatency is how long every PullImage takes, even of an image already
@@ -79,12 +66,23 @@ type Behaviour struct {
 	// ImageSizeBytes is the size reported for every pulled image; 0 means
 	// 10 MiB.
 	ImageSizeBytes int64 `json:"imageSizeBytes"`
+	// Containers is the default behaviour of every container; a pod's
+	// fleetlet.io/behaviour annotation overrides it field by field. Its
+	// latencies, when set, override the node's latencies above.
+	Containers ContainerBehaviour `json:"containers,omitzero"`
+	// Images are per-image behaviours (pull errors, latencies, sizes), keyed
+	// by image reference as written in the pod; a pull matches a key
+	// exactly or after normalisation ("busybox" is
+	// "docker.io/library/busybox:latest").
+	Images map[string]ImageBehaviour `json:"images,omitempty"`
 }
 
 // Validate reports values New would silently correct, so that a profile with
-// a typo fails loudly at load time instead.
+// a typo fails loudly at load time instead. The error joins one
+// *field.Error per problem, each with its path under "behaviour".
 func (b Behaviour) Validate() error {
-	var errs []error
+	path := field.NewPath("behaviour")
+	var errs field.ErrorList
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -96,13 +94,15 @@ func (b Behaviour) Validate() error {
 		{"stopLatency", b.StopLatency},
 	} {
 		if d.v < 0 {
-			errs = append(errs, fmt.Errorf("behaviour.%s is %s: a latency must not be negative", d.name, d.v))
+			errs = append(errs, field.Invalid(path.Child(d.name), d.v.String(), "a latency must not be negative"))
 		}
 	}
 	if b.ImageSizeBytes < 0 {
-		errs = append(errs, fmt.Errorf("behaviour.imageSizeBytes is %d: a size must not be negative", b.ImageSizeBytes))
+		errs = append(errs, field.Invalid(path.Child("imageSizeBytes"), b.ImageSizeBytes, "a size must not be negative"))
 	}
-	return errors.Join(errs...)
+	errs = append(errs, b.Containers.Validate(path.Child("containers"))...)
+	errs = append(errs, validateImages(b.Images, path.Child("images"))...)
+	return joinFieldErrors(errs)
 }
 
 // withDefaults returns b with zero values replaced by defaults and negative
@@ -128,9 +128,10 @@ type Config struct {
 	// They are pinned, as containerd pins its sandbox image, so image
 	// garbage collection leaves them alone.
 	PreloadedImages []string
-	// Seed seeds the generator of sandbox and container IDs, so that a run
-	// can be replayed. 0 picks a random seed. Give each node its own seed:
-	// IDs are unique within a Runtime, not across Runtimes with one seed.
+	// Seed seeds the generator of sandbox and container IDs and the
+	// behaviours' jitter, so that a run can be replayed. 0 picks a random
+	// seed. Give each node its own seed: IDs are unique within a Runtime,
+	// not across Runtimes with one seed.
 	Seed uint64
 }
 
@@ -152,6 +153,13 @@ func (c Config) Validate() error {
 type Runtime struct {
 	clock     clock.WithTicker
 	behaviour Behaviour
+	seed      uint64
+	// defaultModel is the node's container behaviour, resolved once and
+	// shared by every container whose pod has no annotation of its own.
+	defaultModel *model
+	// imageBehaviours holds Behaviour.Images under their keys as written and
+	// as normalised; nil when there are none.
+	imageBehaviours map[string]ImageBehaviour
 
 	mu  sync.Mutex
 	rng *mathrand.Rand // not safe for concurrent use: guarded by mu
@@ -184,15 +192,20 @@ func New(cfg Config) *Runtime {
 		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 		seed = binary.LittleEndian.Uint64(b[:])
 	}
+	b := cfg.Behaviour.withDefaults()
+	b.Containers = b.Containers.deepCopy()
 	r := &Runtime{
-		clock:      clk,
-		behaviour:  cfg.Behaviour.withDefaults(),
-		rng:        mathrand.New(mathrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		sandboxes:  make(map[string]*sandbox),
-		containers: make(map[string]*container),
-		names:      make(map[string]string),
-		images:     make(map[string]*image),
-		imageNames: make(map[string]string),
+		clock:           clk,
+		behaviour:       b,
+		seed:            seed,
+		defaultModel:    resolveModel(b.Containers, b),
+		imageBehaviours: indexImageBehaviours(b.Images),
+		rng:             mathrand.New(mathrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		sandboxes:       make(map[string]*sandbox),
+		containers:      make(map[string]*container),
+		names:           make(map[string]string),
+		images:          make(map[string]*image),
+		imageNames:      make(map[string]string),
 	}
 	for _, ref := range cfg.PreloadedImages {
 		if img, err := r.newImage(ref); err == nil {

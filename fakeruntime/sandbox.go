@@ -38,6 +38,18 @@ type sandbox struct {
 	ips         []netip.Addr // primary first; none on the host network
 	ipsReleased bool
 	containers  []string // IDs of its containers, in creation order
+
+	// behaviour is the pod's fleetlet.io/behaviour annotation, parsed once
+	// for all the pod's containers and their restarts; nil without one. A
+	// pointer, so that pods without it pay 8 bytes, not 24.
+	behaviour *parsedBehaviour
+}
+
+// parsedBehaviour is a pod's behaviour annotation, or why it did not parse
+// (CreateContainer reports it).
+type parsedBehaviour struct {
+	pod PodBehaviour
+	err error
 }
 
 // sandboxName is the name containerd reserves for a sandbox: one per pod
@@ -61,6 +73,11 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandb
 	}
 	nsOpts := config.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	name := sandboxName(md)
+	var behaviour *parsedBehaviour
+	if v, ok := config.GetAnnotations()[AnnotationBehaviour]; ok {
+		pb, err := ParsePodBehaviour(v)
+		behaviour = &parsedBehaviour{pod: pb, err: err}
+	}
 	createdAt := r.now()
 
 	r.mu.Lock()
@@ -95,6 +112,7 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandb
 		runtimeHandler: runtimeHandler,
 		namespaces:     copyNamespaceOption(nsOpts),
 		ips:            ips,
+		behaviour:      behaviour,
 	}
 	r.sandboxes[sb.id] = sb
 	r.names[name] = sb.id
@@ -118,7 +136,12 @@ func (r *Runtime) StopPodSandbox(ctx context.Context, podSandboxID string) error
 	}
 	now := r.now()
 	for _, cid := range sb.containers {
-		if c := r.containers[cid]; c != nil && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		c := r.containers[cid]
+		if c == nil {
+			continue
+		}
+		c.settle(now) // one that has exited by itself keeps its own exit
+		if c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			c.exit(now, exitCodeKilled, reasonError)
 		}
 	}
