@@ -215,7 +215,7 @@ func TestValidateReportsEveryProblemOnItsOwnLine(t *testing.T) {
 }
 
 func TestBuiltins(t *testing.T) {
-	if got, want := strings.Join(BuiltinNames(), ","), "quickstart,smoke"; got != want {
+	if got, want := strings.Join(BuiltinNames(), ","), "lifecycle,quickstart,smoke"; got != want {
 		t.Fatalf("BuiltinNames = %s, want %s", got, want)
 	}
 	for _, name := range BuiltinNames() {
@@ -260,7 +260,7 @@ func TestBuiltins(t *testing.T) {
 
 func TestLoadUnknownName(t *testing.T) {
 	_, err := Load("nosuch")
-	want := `unknown profile "nosuch": the built-in profiles are quickstart, smoke; a path to a YAML profile works too`
+	want := `unknown profile "nosuch": the built-in profiles are lifecycle, quickstart, smoke; a path to a YAML profile works too`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load(nosuch) error:\n got: %v\nwant: %s", err, want)
 	}

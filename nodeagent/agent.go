@@ -8,11 +8,13 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -245,9 +247,14 @@ func (a *Agent) newPodInformer() cache.SharedIndexInformer {
 			a.setPod(pod)
 			a.workers.UpdatePod(pod)
 		},
-		UpdateFunc: func(_, obj any) {
+		UpdateFunc: func(oldObj, obj any) {
 			pod := obj.(*corev1.Pod)
 			a.setPod(pod)
+			// Like the kubelet's pod config, only a change of what the pod
+			// asks for is an update: the echo of our own status patches is not.
+			if !podsDifferSemantically(oldObj.(*corev1.Pod), pod) {
+				return
+			}
 			a.workers.UpdatePod(pod)
 			// A pod that completed on its own and is deleted later has no
 			// worker left to act: the status manager finishes the deletion.
@@ -275,6 +282,16 @@ func (a *Agent) newPodInformer() cache.SharedIndexInformer {
 		},
 	})
 	return inf
+}
+
+// podsDifferSemantically mirrors the kubelet's check of the same name: the
+// spec, labels, annotations or deletion changed.
+func podsDifferSemantically(existing, ref *corev1.Pod) bool {
+	return !apiequality.Semantic.DeepEqual(existing.Spec, ref.Spec) ||
+		!maps.Equal(existing.Labels, ref.Labels) ||
+		!maps.Equal(existing.Annotations, ref.Annotations) ||
+		!existing.DeletionTimestamp.Equal(ref.DeletionTimestamp) ||
+		!ptr.Equal(existing.DeletionGracePeriodSeconds, ref.DeletionGracePeriodSeconds)
 }
 
 func (a *Agent) setPod(pod *corev1.Pod) {
