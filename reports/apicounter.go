@@ -26,6 +26,8 @@ type APICounter struct {
 	stats map[apiKey]*apiStat
 
 	openWatches atomic.Int64
+	// rates counts requests per second by verb, for the report's chart.
+	rates rateTable
 }
 
 // apiKey identifies a row of the API table. Its strings are the apiserver's
@@ -49,7 +51,9 @@ type apiStat struct {
 
 // NewAPICounter returns an APICounter with nothing counted.
 func NewAPICounter() *APICounter {
-	return &APICounter{stats: make(map[apiKey]*apiStat)}
+	a := &APICounter{stats: make(map[apiKey]*apiStat)}
+	a.rates.init(time.Now())
+	return a
 }
 
 // Wrap returns rt with counting around it. Its signature fits
@@ -252,6 +256,7 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	// an HTTP/2 stream, which is how a shared connection's stream limit shows
 	// up; client-go's rate limiter waits above the transport and is not in it.
 	start := time.Now()
+	t.counter.rates.add(start, seriesVerbIndex(k.verb))
 	resp, err := t.next.RoundTrip(req)
 	elapsed := time.Since(start)
 	if err != nil {

@@ -131,23 +131,28 @@ func (c *Collector) PodCounts() PodCounts {
 type PhaseSpec struct {
 	Name     string
 	From, To Milestone
+	// ExcludeIf leaves out of the phase the pods that reached any of these
+	// milestones, and counts them in Phase.Excluded instead. The pod_startup
+	// SLI uses it to leave out pods that pulled an image (PullStarted), as
+	// the upstream SLO does.
+	ExcludeIf []Milestone
 }
 
 // DefaultPhases are the phases of a report, in the order a pod lives them.
 // Their names are part of the report schema: renaming one is a schema change.
 // Read-only.
 var DefaultPhases = []PhaseSpec{
-	{"create_to_scheduled", Created, Scheduled},
-	{"scheduled_to_agent_observed", Scheduled, AgentObserved},
-	{"agent_observed_to_running_reported", AgentObserved, RunningReported},
+	{Name: "create_to_scheduled", From: Created, To: Scheduled},
+	{Name: "scheduled_to_agent_observed", From: Scheduled, To: AgentObserved},
+	{Name: "agent_observed_to_running_reported", From: AgentObserved, To: RunningReported},
 	// The agent's inner steps, which add up to the phase above.
-	{"agent_observed_to_sandbox_ready", AgentObserved, SandboxReady},
-	{"sandbox_ready_to_containers_started", SandboxReady, ContainersStarted},
-	{"containers_started_to_running_reported", ContainersStarted, RunningReported},
-	{"running_reported_to_running_observed", RunningReported, RunningObserved},
-	{"running_reported_to_ready_reported", RunningReported, ReadyReported},
-	{"create_to_running_observed", Created, RunningObserved},
-	{"delete_to_gone", DeleteIssued, Gone},
+	{Name: "agent_observed_to_sandbox_ready", From: AgentObserved, To: SandboxReady},
+	{Name: "sandbox_ready_to_containers_started", From: SandboxReady, To: ContainersStarted},
+	{Name: "containers_started_to_running_reported", From: ContainersStarted, To: RunningReported},
+	{Name: "running_reported_to_running_observed", From: RunningReported, To: RunningObserved},
+	{Name: "running_reported_to_ready_reported", From: RunningReported, To: ReadyReported},
+	{Name: "create_to_running_observed", From: Created, To: RunningObserved},
+	{Name: "delete_to_gone", From: DeleteIssued, To: Gone},
 }
 
 // Phase is the distribution of one phase over the pods that have both of its
@@ -162,6 +167,9 @@ type Phase struct {
 	Anomalies int
 	// Overflows counts differences above Hist's range (1 h), recorded as 1 h.
 	Overflows int
+	// Excluded counts pods that had both milestones but also one of the
+	// spec's ExcludeIf milestones, and so are not in Hist.
+	Excluded int
 	// Hist holds the differences in microseconds, 1 µs to 1 h, 3 significant
 	// figures (see NewHistogram).
 	Hist *hdrhistogram.Histogram
@@ -174,12 +182,18 @@ type Phase struct {
 func (c *Collector) Phases(specs []PhaseSpec) []Phase {
 	phases := make([]Phase, len(specs))
 	masks := make([]uint16, len(specs))
+	excludes := make([]uint16, len(specs))
 	for i, sp := range specs {
 		phases[i] = Phase{Name: sp.Name, Hist: NewHistogram()}
 		if sp.From < 0 || sp.From >= numMilestones || sp.To < 0 || sp.To >= numMilestones {
 			continue // a mask of 0 matches no pod: the phase stays empty
 		}
 		masks[i] = 1<<sp.From | 1<<sp.To
+		for _, m := range sp.ExcludeIf {
+			if m >= 0 && m < numMilestones { // an unknown milestone excludes no pod
+				excludes[i] |= 1 << m
+			}
+		}
 	}
 	for i := range c.shards {
 		s := &c.shards[i]
@@ -190,6 +204,10 @@ func (c *Collector) Phases(specs []PhaseSpec) []Phase {
 					continue
 				}
 				ph := &phases[j]
+				if p.set&excludes[j] != 0 {
+					ph.Excluded++
+					continue
+				}
 				d := p.at[sp.To] - p.at[sp.From]
 				if d < 0 {
 					ph.Anomalies++
@@ -211,16 +229,25 @@ func (c *Collector) Phases(specs []PhaseSpec) []Phase {
 // at most 0.1%. Histogram is the full distribution, so that reports of several
 // processes can be merged exactly (DecodeHistogram, then Merge).
 type PhaseSummary struct {
-	Name      string  `json:"name"`
-	Count     int     `json:"count"`
-	MinMs     float64 `json:"minMs"`
-	MeanMs    float64 `json:"meanMs"`
-	P50Ms     float64 `json:"p50Ms"`
-	P90Ms     float64 `json:"p90Ms"`
-	P99Ms     float64 `json:"p99Ms"`
-	MaxMs     float64 `json:"maxMs"`
-	Anomalies int     `json:"anomalies"`
-	Overflows int     `json:"overflows,omitempty"`
+	// Name is the PhaseSpec's: one of DefaultPhases or SLIPhases.
+	Name string `json:"name"`
+	// Count is the number of pods in the distribution.
+	Count int `json:"count"`
+	// MinMs to MaxMs summarize the distribution; all 0 when Count is 0.
+	MinMs  float64 `json:"minMs"`
+	MeanMs float64 `json:"meanMs"`
+	P50Ms  float64 `json:"p50Ms"`
+	P90Ms  float64 `json:"p90Ms"`
+	P99Ms  float64 `json:"p99Ms"`
+	MaxMs  float64 `json:"maxMs"`
+	// Anomalies counts pods whose end was stamped before their start (a
+	// clock or milestone bug); they are not in the distribution.
+	Anomalies int `json:"anomalies"`
+	// Overflows (optional) counts pods above 1 h, counted as 1 h.
+	Overflows int `json:"overflows,omitempty"`
+	// Excluded (optional) counts pods left out by the spec's ExcludeIf:
+	// for pod_startup, pods that pulled an image.
+	Excluded int `json:"excluded,omitempty"`
 	// Histogram is the HdrHistogram V2 compressed encoding, base64, values in
 	// microseconds (see NewHistogram).
 	Histogram string `json:"histogram"`
@@ -240,6 +267,7 @@ func (p Phase) Summary() PhaseSummary {
 		MaxMs:     st.max,
 		Anomalies: p.Anomalies,
 		Overflows: p.Overflows,
+		Excluded:  p.Excluded,
 		Histogram: encodeHistogram(p.Hist),
 	}
 }

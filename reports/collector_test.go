@@ -131,8 +131,8 @@ func TestCollectorOverflowAndInvalidInput(t *testing.T) {
 		t.Errorf("Count(Created) = %d, want 1: a zero time is not a stamp", got)
 	}
 	phases := c.Phases([]PhaseSpec{
-		{"create_to_running_observed", Created, RunningObserved},
-		{"bogus", Milestone(-1), Gone},
+		{Name: "create_to_running_observed", From: Created, To: RunningObserved},
+		{Name: "bogus", From: Milestone(-1), To: Gone},
 	})
 	p := phases[0]
 	if p.Count != 1 || p.Overflows != 1 {

@@ -6,4 +6,16 @@
 // hot path of thousands of agents (Recorder, implemented by Collector, and
 // APICounter at the client transport); everything else here runs once, at the
 // end of a run. The package knows nothing of agents' internals.
+//
+// At the end of a run, a report (Report, the schema of report.json) is built
+// from: the Collector's phases (DefaultPhases) and pod startup SLIs
+// (SLIPhases, under clusterloader2's names) and its per-second PodSeries; the
+// APICounter's table and RequestSeries; the control plane's own /metrics,
+// scraped before and after the run (Scrape, Diff) for the apiserver's request
+// latencies and the scheduler's throughput; and the SLO verdicts
+// (EvaluateSLOs, against SLOThresholds). It is written as JSON (WriteJSON)
+// and rendered for the terminal (RenderSummary), as Markdown (RenderMarkdown)
+// and as one self-contained HTML file with charts (RenderHTML). Reports of
+// several processes merge exactly (Merge); two runs compare (Compare,
+// RenderComparison).
 package reports

@@ -15,22 +15,46 @@ const SchemaVersion = "fleetlet.io/v1alpha1"
 
 // Report is the result of one run, written as report.json. Field names are
 // lowerCamelCase; durations are milliseconds in float64 fields whose names end
-// in Ms.
+// in Ms, with microsecond resolution; times are RFC 3339. Fields marked
+// optional are left out of the JSON when empty, and were added after the
+// first release of the schema: a reader must not require them.
 type Report struct {
-	SchemaVersion string    `json:"schemaVersion"`
-	Profile       string    `json:"profile"`
-	StartedAt     time.Time `json:"startedAt"`
-	FinishedAt    time.Time `json:"finishedAt"`
-	WallSeconds   float64   `json:"wallSeconds"`
-	Nodes         int       `json:"nodes"`
-	Pods          PodCounts `json:"pods"`
-	// Phases are in the order of the PhaseSpecs they were built from
-	// (normally DefaultPhases).
+	// SchemaVersion names this shape: always SchemaVersion when written.
+	SchemaVersion string `json:"schemaVersion"`
+	// Profile is the load profile's name.
+	Profile string `json:"profile"`
+	// StartedAt and FinishedAt bound the run, wall clock; WallSeconds is the
+	// time between them, measured on the monotonic clock.
+	StartedAt   time.Time `json:"startedAt"`
+	FinishedAt  time.Time `json:"finishedAt"`
+	WallSeconds float64   `json:"wallSeconds"`
+	// Nodes is the number of emulated nodes.
+	Nodes int       `json:"nodes"`
+	Pods  PodCounts `json:"pods"`
+	// Phases are the per-pod latencies between milestones, in the order of
+	// the PhaseSpecs they were built from (normally DefaultPhases).
 	Phases []PhaseSummary `json:"phases"`
+	// SLIs (optional) are the pod startup SLIs under clusterloader2's names,
+	// built from SLIPhases, in that order.
+	SLIs []PhaseSummary `json:"slis,omitempty"`
 	// API is the client-side view of the requests to the apiserver, as
-	// APICounter.Snapshot returns it.
-	API   []APIStat  `json:"api"`
-	Fleet FleetStats `json:"fleet"`
+	// APICounter.Snapshot returns it: the fleet's requests only.
+	API []APIStat `json:"api"`
+	// APIServerLatency (optional) is the server-side view: the apiserver's
+	// own request latencies between the run's two scrapes of its /metrics,
+	// for every client. See APICallLatency.
+	APIServerLatency []APICallLatency `json:"apiServerLatency,omitempty"`
+	// Scheduling (optional) is the scheduling throughput.
+	Scheduling SchedulingStats `json:"scheduling,omitzero"`
+	// Series (optional) are per-second time series of pods and requests.
+	Series Series `json:"series,omitzero"`
+	// SLOThresholds (optional) are the thresholds SLOs were checked
+	// against, defaulted; absent when the SLOs were not checked.
+	SLOThresholds *SLOThresholds `json:"sloThresholds,omitempty"`
+	// SLOs (optional) are the verdicts of the SLO checks, per SLO and
+	// subject; see CheckSLOs.
+	SLOs  []SLOResult `json:"slos,omitempty"`
+	Fleet FleetStats  `json:"fleet"`
 	// Settings holds the agent settings that differ from the kubelet's
 	// defaults, by their KubeletConfiguration names.
 	Settings map[string]string `json:"settings,omitempty"`
@@ -42,17 +66,25 @@ type Report struct {
 // PodCounts are the numbers of pods that reached the load driver's
 // milestones.
 type PodCounts struct {
+	// Created: the driver's create call returned.
 	Created int `json:"created"`
+	// Running: the driver's watch saw the pod Running.
 	Running int `json:"running"`
+	// Deleted: the driver's delete call returned.
 	Deleted int `json:"deleted"`
-	Gone    int `json:"gone"`
+	// Gone: the driver's watch saw the pod removed.
+	Gone int `json:"gone"`
 }
 
 // FleetStats is the cost of the fleet itself, measured in its own process.
 type FleetStats struct {
-	PeakRSSBytes int64   `json:"peakRSSBytes"`
-	Goroutines   int     `json:"goroutines"`
-	CPUSeconds   float64 `json:"cpuSeconds"`
+	// PeakRSSBytes is the process's peak resident set size (VmHWM); 0 when
+	// unknown.
+	PeakRSSBytes int64 `json:"peakRSSBytes"`
+	// Goroutines is the number of goroutines at the end of the run.
+	Goroutines int `json:"goroutines"`
+	// CPUSeconds is the user and system CPU time the process used.
+	CPUSeconds float64 `json:"cpuSeconds"`
 }
 
 // WriteJSON writes r to path, creating its directory. The write is atomic: a

@@ -34,6 +34,9 @@ func sampleCollector() *Collector {
 		step(Scheduled, time.Duration(i)*ms/4)
 		step(AgentObserved, 2*ms+time.Duration(i%7)*ms)
 		step(SandboxReady, 40*ms+time.Duration(i)*ms/10)
+		if i%10 == 0 { // every tenth pod pulls its image: out of pod_startup
+			step(PullStarted, 0)
+		}
 		step(ImagesPulled, 0)
 		step(ContainersStarted, 15*ms)
 		step(RunningReported, 3*ms+time.Duration(i%5)*ms)
@@ -52,7 +55,23 @@ func sampleCollector() *Collector {
 	return c
 }
 
+// sampleReport is a full report of a small run: every section filled in,
+// one SLO failing (PATCH pods/status), so every renderer shows everything.
 func sampleReport() *Report {
+	r := sampleReportBase()
+	c := sampleCollector()
+	r.SLIs = Summaries(c.Phases(SLIPhases))
+	d := sampleMetricsDiff()
+	r.APIServerLatency = d.APICallLatencies()
+	r.Series = Series{Pods: c.PodSeries(), API: sampleAPISeries()}
+	r.Scheduling = SchedulingFrom(r.Series.Pods, d)
+	r.EvaluateSLOs(SLOThresholds{})
+	return r
+}
+
+// sampleReportBase is the report with only the sections of the first
+// schema release.
+func sampleReportBase() *Report {
 	c := sampleCollector()
 	start := t0
 	return &Report{
@@ -125,7 +144,8 @@ func TestReportJSONFieldNames(t *testing.T) {
 		}
 	}
 	requireKeys("report", doc, "schemaVersion", "profile", "startedAt", "finishedAt", "wallSeconds",
-		"nodes", "pods", "phases", "api", "fleet", "settings", "errors")
+		"nodes", "pods", "phases", "api", "fleet", "settings", "errors",
+		"slis", "apiServerLatency", "scheduling", "series", "sloThresholds", "slos")
 	if doc["schemaVersion"] != "fleetlet.io/v1alpha1" {
 		t.Errorf("schemaVersion = %v", doc["schemaVersion"])
 	}
@@ -133,6 +153,33 @@ func TestReportJSONFieldNames(t *testing.T) {
 	requireKeys("fleet", doc["fleet"], "peakRSSBytes", "goroutines", "cpuSeconds")
 	requireKeys("phase", doc["phases"].([]any)[0], "name", "count", "minMs", "meanMs", "p50Ms", "p90Ms", "p99Ms", "maxMs", "anomalies", "histogram")
 	requireKeys("api", doc["api"].([]any)[0], "verb", "resource", "count", "bytesSent", "bytesReceived", "p50Ms", "p99Ms", "errors")
+	requireKeys("sli", doc["slis"].([]any)[4], "name", "count", "p99Ms", "excluded", "histogram")
+	requireKeys("apiServerLatency", doc["apiServerLatency"].([]any)[0], "verb", "resource", "scope", "count", "p50Ms", "p90Ms", "p99Ms", "buckets")
+	requireKeys("scheduling", doc["scheduling"], "pods", "maxPerSecond", "avgPerSecond", "schedulerScheduled", "schedulerSeconds", "schedulerPerSecond", "schedulingSLI")
+	requireKeys("series", doc["series"], "pods", "api")
+	requireKeys("series.pods", doc["series"].(map[string]any)["pods"], "start", "created", "scheduled", "running")
+	requireKeys("series.api", doc["series"].(map[string]any)["api"], "start", "verbs")
+	requireKeys("sloThresholds", doc["sloThresholds"], "mutatingAPICallP99", "readOnlyResourceAPICallP99", "readOnlyNamespaceAPICallP99", "readOnlyClusterAPICallP99", "podStartupP99")
+	requireKeys("slo", doc["slos"].([]any)[0], "name", "subject", "thresholdMs", "observedMs", "count", "pass")
+	if got := doc["sloThresholds"].(map[string]any)["podStartupP99"]; got != "5s" {
+		t.Errorf("sloThresholds.podStartupP99 = %v, want \"5s\"", got)
+	}
+
+	// A report of the first release's shape has none of the optional
+	// sections, and says so by leaving them out rather than as nulls.
+	if err := WriteJSON(path, sampleReportBase()); err != nil {
+		t.Fatal(err)
+	}
+	data, _ = os.ReadFile(path)
+	doc = nil
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"slis", "apiServerLatency", "scheduling", "series", "sloThresholds", "slos"} {
+		if _, ok := doc[k]; ok {
+			t.Errorf("a report without %s has the key", k)
+		}
+	}
 }
 
 func TestReadJSONRejectsOtherSchemas(t *testing.T) {

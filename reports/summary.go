@@ -11,26 +11,33 @@ import (
 )
 
 // RenderSummary writes the terminal summary of r: a header line, the phase
-// table, the API table, then whatever needs attention (anomalies, settings
-// that differ from the kubelet's defaults, errors). Write errors are ignored:
-// the summary is a courtesy, the report file is the record.
+// and SLI tables, the SLO verdicts, the scheduling throughput, the API table,
+// then whatever needs attention (anomalies, settings that differ from the
+// kubelet's defaults, errors). Write errors are ignored: the summary is a
+// courtesy, the report file is the record.
 func RenderSummary(w io.Writer, r *Report) {
 	fmt.Fprintln(w, headerLine(r))
 
 	if len(r.Phases) > 0 {
 		fmt.Fprintln(w)
-		rows := make([][]string, 0, len(r.Phases))
-		for _, p := range r.Phases {
-			if p.Count == 0 {
-				rows = append(rows, []string{p.Name, "0", "-", "-", "-", "-"})
-				continue
+		writePhaseTable(w, "PHASE", r.Phases)
+	}
+	if len(r.SLIs) > 0 {
+		fmt.Fprintln(w)
+		writePhaseTable(w, "SLI", r.SLIs)
+		for _, p := range r.SLIs {
+			if p.Excluded > 0 {
+				fmt.Fprintf(w, "(%s: %s that pulled an image left out, as the upstream SLO does)\n", p.Name, plural(p.Excluded, "pod"))
 			}
-			rows = append(rows, []string{
-				p.Name, strconv.Itoa(p.Count),
-				fmtMs(p.P50Ms), fmtMs(p.P90Ms), fmtMs(p.P99Ms), fmtMs(p.MaxMs),
-			})
 		}
-		writeTable(w, 1, []string{"PHASE", "PODS", "P50 ms", "P90 ms", "P99 ms", "MAX ms"}, rows)
+	}
+	if len(r.SLOs) > 0 {
+		fmt.Fprintln(w)
+		writeSLOTable(w, r.SLOs)
+	}
+	if line := schedulingLine(r.Scheduling); line != "" {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, line)
 	}
 
 	if len(r.API) > 0 {
@@ -51,7 +58,7 @@ func RenderSummary(w io.Writer, r *Report) {
 	}
 
 	var notes []string
-	for _, p := range r.Phases {
+	for _, p := range slices.Concat(r.Phases, r.SLIs) {
 		if p.Anomalies > 0 {
 			notes = append(notes, fmt.Sprintf("phase %s: %s stamped its end before its start (a clock or milestone bug); left out of the phase",
 				p.Name, plural(p.Anomalies, "pod")))
@@ -87,6 +94,85 @@ func RenderSummary(w io.Writer, r *Report) {
 			fmt.Fprintf(w, "  %s\n", e)
 		}
 	}
+}
+
+// writePhaseTable writes phases (or SLIs) with their percentiles.
+func writePhaseTable(w io.Writer, title string, phases []PhaseSummary) {
+	rows := make([][]string, 0, len(phases))
+	for _, p := range phases {
+		if p.Count == 0 {
+			rows = append(rows, []string{p.Name, "0", "-", "-", "-", "-"})
+			continue
+		}
+		rows = append(rows, []string{
+			p.Name, strconv.Itoa(p.Count),
+			fmtMs(p.P50Ms), fmtMs(p.P90Ms), fmtMs(p.P99Ms), fmtMs(p.MaxMs),
+		})
+	}
+	writeTable(w, 1, []string{title, "PODS", "P50 ms", "P90 ms", "P99 ms", "MAX ms"}, rows)
+}
+
+// writeSLOTable writes one line per SLO: its verdict, how many subjects it
+// checked, and the subject closest to (or furthest over) its threshold; then
+// every failing subject, since those are what someone has to act on.
+func writeSLOTable(w io.Writer, results []SLOResult) {
+	verdicts := sloVerdicts(results)
+	failed := 0
+	for _, v := range verdicts {
+		if v.fail > 0 {
+			failed++
+		}
+	}
+	if failed > 0 {
+		fmt.Fprintf(w, "SLOs: FAIL (%d of %d failed)\n", failed, len(verdicts))
+	} else {
+		fmt.Fprintf(w, "SLOs: pass\n")
+	}
+	rows := make([][]string, 0, len(verdicts))
+	for _, v := range verdicts {
+		verdict := "pass"
+		switch {
+		case v.fail > 0:
+			verdict = "FAIL"
+		case v.skipped:
+			verdict = "skipped"
+		}
+		worst, observed, limit := "-", "-", "-"
+		if !v.skipped {
+			worst, observed = v.worst.Subject, fmtMs(v.worst.ObservedMs)
+		}
+		if v.worst.ThresholdMs > 0 {
+			limit = fmtMs(v.worst.ThresholdMs)
+		}
+		rows = append(rows, []string{v.name, verdict, worst, strconv.Itoa(v.checked), observed, limit})
+	}
+	writeTable(w, 3, []string{"SLO", "VERDICT", "WORST", "CHECKED", "P99 ms", "LIMIT ms"}, rows)
+	for _, v := range verdicts {
+		for _, f := range v.failing {
+			fmt.Fprintf(w, "FAIL %s: %s p99 %s ms > %s ms (%s)\n", v.name, f.Subject, fmtMs(f.ObservedMs), fmtMs(f.ThresholdMs), f.Detail)
+		}
+		if v.skipped {
+			fmt.Fprintf(w, "skipped %s: %s\n", v.name, v.worst.Detail)
+		}
+	}
+}
+
+// schedulingLine is the throughput in one line, or "" if nothing was
+// scheduled and the scheduler was not scraped.
+func schedulingLine(s SchedulingStats) string {
+	var parts []string
+	if s.Pods > 0 {
+		parts = append(parts, fmt.Sprintf("%s pods/s average, %d max in one second (%d pods seen scheduled)",
+			strconv.FormatFloat(s.AvgPerSecond, 'f', 1, 64), s.MaxPerSecond, s.Pods))
+	}
+	if s.SchedulerSeconds > 0 {
+		parts = append(parts, fmt.Sprintf("scheduler bound %d pods in %s, %s/s",
+			s.SchedulerScheduled, fmtWall(s.SchedulerSeconds), strconv.FormatFloat(s.SchedulerPerSecond, 'f', 1, 64)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "scheduling: " + strings.Join(parts, "; ")
 }
 
 func headerLine(r *Report) string {
