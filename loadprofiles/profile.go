@@ -4,6 +4,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fleetlet/fleetlet/reports"
 )
 
 // Profile is one load run: the fleet to emulate and the phases to execute
@@ -19,6 +21,10 @@ type Profile struct {
 	Runtime RuntimeBehaviour `json:"runtime"`
 	// Phases run one after the other; the run stops at the first error.
 	Phases []Phase `json:"phases"`
+	// SLOs are the thresholds the run is judged by; a zero field keeps the
+	// upstream SLO, a negative one turns that check off. A failed SLO makes
+	// the run exit 1 once its report is written.
+	SLOs reports.SLOThresholds `json:"slos,omitempty"`
 }
 
 // NodePool is Count identical nodes.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -26,6 +27,9 @@ type cluster struct {
 	nodeConfig func(name string) (*rest.Config, error)
 	kubeconfig string
 	cp         *controlplane.ControlPlane
+	// metricsURLs are scraped before and after the load, with admin's
+	// credentials: the apiserver's and, on our control plane, the scheduler's.
+	metricsURLs []string
 }
 
 func clusterFlags(fs *pflag.FlagSet) {
@@ -52,7 +56,11 @@ func openCluster(ctx context.Context, v *viper.Viper, dir string) (*cluster, err
 	if err != nil {
 		return nil, err
 	}
-	return &cluster{admin: cp.AdminRESTConfig(), nodeConfig: cp.NodeRESTConfig, kubeconfig: cp.AdminKubeconfig(), cp: cp}, nil
+	urls := cp.MetricsURLs()
+	return &cluster{
+		admin: cp.AdminRESTConfig(), nodeConfig: cp.NodeRESTConfig, kubeconfig: cp.AdminKubeconfig(), cp: cp,
+		metricsURLs: []string{urls[controlplane.ComponentAPIServer], urls[controlplane.ComponentScheduler]},
+	}, nil
 }
 
 func externalCluster(path string) (*cluster, error) {
@@ -70,9 +78,10 @@ func externalCluster(path string) (*cluster, error) {
 		return nil, fmt.Errorf("API server %s of kubeconfig %s is unreachable: %v; check the cluster, or drop --kubeconfig/KUBECONFIG to start the embedded control plane", cfg.Host, path, err)
 	}
 	return &cluster{
-		admin:      cfg,
-		nodeConfig: func(string) (*rest.Config, error) { return rest.CopyConfig(cfg), nil },
-		kubeconfig: path,
+		admin:       cfg,
+		nodeConfig:  func(string) (*rest.Config, error) { return rest.CopyConfig(cfg), nil },
+		kubeconfig:  path,
+		metricsURLs: []string{strings.TrimSuffix(cfg.Host, "/") + "/metrics"},
 	}, nil
 }
 

@@ -156,7 +156,7 @@ func newFakeRuntimeCommand() *cobra.Command {
 }
 
 func newReportCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "report", Short: "Read and render reports"}
+	cmd := &cobra.Command{Use: "report", Short: "Read, render, merge and compare reports"}
 	show := &cobra.Command{
 		Use:   "show REPORT.json",
 		Short: "Print a report's summary",
@@ -170,6 +170,64 @@ func newReportCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(show)
+	render := &cobra.Command{
+		Use:   "render REPORT.json",
+		Short: "Write report.md and report.html next to a report.json",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			rep, err := reports.ReadJSON(args[0])
+			if err != nil {
+				return err
+			}
+			return writeReports(filepath.Dir(args[0]), rep)
+		},
+	}
+	merge := &cobra.Command{
+		Use:   "merge --out DIR REPORT.json...",
+		Short: "Merge the reports of several fleetlet processes (shards of one run) exactly",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			out, _ := cmd.Flags().GetString("out")
+			if out == "" {
+				return errors.New("--out is required: the directory for the merged report")
+			}
+			var parts []*reports.Report
+			for _, path := range args {
+				rep, err := reports.ReadJSON(path)
+				if err != nil {
+					return err
+				}
+				parts = append(parts, rep)
+			}
+			merged, err := reports.Merge(parts...)
+			if err != nil {
+				return err
+			}
+			if err := writeReports(out, merged); err != nil {
+				return err
+			}
+			reports.RenderSummary(os.Stdout, merged)
+			return nil
+		},
+	}
+	merge.Flags().String("out", "", "directory for the merged report.json, report.md and report.html")
+	compare := &cobra.Command{
+		Use:   "compare BASE.json NEW.json",
+		Short: "Show two runs side by side with deltas and a verdict per SLO",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(_ *cobra.Command, args []string) error {
+			a, err := reports.ReadJSON(args[0])
+			if err != nil {
+				return err
+			}
+			b, err := reports.ReadJSON(args[1])
+			if err != nil {
+				return err
+			}
+			reports.RenderComparison(os.Stdout, reports.Compare(a, b))
+			return nil
+		},
+	}
+	cmd.AddCommand(show, render, merge, compare)
 	return cmd
 }

@@ -217,7 +217,7 @@ func TestFleetAgainstRealControlPlane(t *testing.T) {
 		t.Errorf("pods still present 3 minutes after their deletion: the agents did not finish it")
 	}
 
-	rep := s.report()
+	rep := s.report(nil)
 	if rep.Nodes != nodes || rep.Pods.Created != pods || rep.Pods.Running != pods {
 		t.Errorf("report: %d nodes, %d pods created, %d running; want %d, %d, %d", rep.Nodes, rep.Pods.Created, rep.Pods.Running, nodes, pods, pods)
 	}
@@ -289,6 +289,52 @@ phases:
 	}
 	if len(rep.Errors) != 0 {
 		t.Errorf("errors: %v", rep.Errors)
+	}
+	if len(rep.SLIs) == 0 || rep.SLIs[len(rep.SLIs)-1].Count == 0 {
+		t.Errorf("SLIs not measured: %+v", rep.SLIs)
+	}
+	if len(rep.APIServerLatency) == 0 || len(rep.SLOs) == 0 || rep.Failed() {
+		t.Errorf("apiserver latency rows %d, SLO results %v", len(rep.APIServerLatency), rep.SLOs)
+	}
+	if rep.Scheduling.SchedulerScheduled < 12 || rep.Scheduling.Pods != 12 {
+		t.Errorf("scheduling: %+v, want the scheduler's and our count of 12 bindings", rep.Scheduling)
+	}
+	for _, name := range []string{"report.md", "report.html"} {
+		if fi, err := os.Stat(filepath.Join(dir, "out", name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s not written: %v", name, err)
+		}
+	}
+}
+
+// TestRunFailsItsSLOsWithTheReportOnDisk gives a run an SLO no run can meet:
+// it must exit with an error naming the SLO, after writing its report.
+func TestRunFailsItsSLOsWithTheReportOnDisk(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	profilePath := filepath.Join(dir, "strict.yaml")
+	if err := os.WriteFile(profilePath, []byte(`name: strict
+nodePools: [{name: pool, count: 2}]
+slos: {podStartupP99: 1us}
+phases:
+  - create: {count: 4, qps: 20, template: {spec: {containers: [{name: app, image: registry.k8s.io/pause:3.10}]}}}
+  - waitRunning: {timeout: 2m}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v := testSettings(t, criInProc)
+	v.Set("profile", profilePath)
+	v.Set("out", filepath.Join(dir, "out"))
+	err := run(ctx, v)
+	if err == nil || !strings.Contains(err.Error(), "SLO") {
+		t.Fatalf("err = %v, want the run to fail its SLOs", err)
+	}
+	rep, rerr := reports.ReadJSON(filepath.Join(dir, "out", "report.json"))
+	if rerr != nil {
+		t.Fatalf("no report after a failed SLO: %v", rerr)
+	}
+	if !rep.Failed() || rep.Pods.Running != 4 {
+		t.Errorf("report: failed %v, %d running", rep.Failed(), rep.Pods.Running)
 	}
 }
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,21 +64,78 @@ func run(ctx context.Context, v *viper.Viper) (err error) {
 	if err != nil {
 		return err
 	}
+	var metrics *reports.Metrics
 	if s.runErr == nil {
+		before := s.scrape(ctx)
 		s.runErr = s.drive(ctx)
+		metrics = reports.Diff(before, s.scrape(ctx))
 	}
 	if ctx.Err() != nil {
 		s.runErr = fmt.Errorf("interrupted (%v); the report holds what was measured until then", s.runErr)
 	}
-	rep := s.report()
-	path := filepath.Join(out, "report.json")
-	if werr := reports.WriteJSON(path, rep); werr != nil {
-		return errors.Join(s.runErr, werr)
+	rep := s.report(metrics)
+	if err := writeReports(out, rep); err != nil {
+		return errors.Join(s.runErr, err)
 	}
 	fmt.Println()
 	reports.RenderSummary(os.Stdout, rep)
-	fmt.Printf("\nreport: %s\n", path)
+	fmt.Printf("\nreport: %s (and report.md, report.html)\n", filepath.Join(out, "report.json"))
+	if s.runErr == nil && rep.Failed() {
+		return fmt.Errorf("the run failed its SLOs (%s); see %s", failedSLOs(rep), filepath.Join(out, "report.html"))
+	}
 	return s.runErr
+}
+
+// writeReports writes report.json, report.md and report.html into out.
+func writeReports(out string, rep *reports.Report) error {
+	if err := reports.WriteJSON(filepath.Join(out, "report.json"), rep); err != nil {
+		return err
+	}
+	for name, render := range map[string]func(io.Writer, *reports.Report) error{
+		"report.md": reports.RenderMarkdown, "report.html": reports.RenderHTML,
+	} {
+		if err := writeFile(filepath.Join(out, name), func(w io.Writer) error { return render(w, rep) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+func failedSLOs(rep *reports.Report) string {
+	var names []string
+	for _, r := range rep.SLOs {
+		if !r.Pass && !r.Skipped {
+			names = append(names, r.Name+" "+r.Subject)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// scrape reads the control plane's metrics. A failed scrape is recorded in
+// the report, never fatal: the run's own measurements stand without it.
+func (s *session) scrape(ctx context.Context) *reports.Metrics {
+	client, err := rest.HTTPClientFor(s.cluster.admin)
+	if err != nil {
+		s.scrapeErrs = append(s.scrapeErrs, err)
+		return nil
+	}
+	m, err := reports.Scrape(ctx, client, s.cluster.metricsURLs...)
+	if err != nil {
+		s.scrapeErrs = append(s.scrapeErrs, err)
+	}
+	return m
 }
 
 func outputDir(out, profile string) (string, error) {
@@ -105,8 +164,9 @@ type session struct {
 	counter   *reports.APICounter
 	settings  map[string]string
 	// runErr is the first failure after the fleet started; the report
-	// carries it.
-	runErr error
+	// carries it, and scrapeErrs the control plane metrics it could not read.
+	runErr     error
+	scrapeErrs []error
 
 	cleanup   func()
 	stopFleet context.CancelFunc
@@ -184,17 +244,27 @@ func driverConfig(admin *rest.Config, p *loadprofiles.Profile) *rest.Config {
 	return cfg
 }
 
-func (s *session) report() *reports.Report {
+// report assembles what the session measured; metrics is the control
+// plane's metrics over the load (nil if it never ran).
+func (s *session) report(metrics *reports.Metrics) *reports.Report {
 	finished := time.Now()
 	rep := &reports.Report{
-		Profile:     s.profile.Name,
-		StartedAt:   s.started,
-		FinishedAt:  finished,
-		WallSeconds: finished.Sub(s.started).Seconds(),
-		Pods:        s.collector.PodCounts(),
-		Phases:      reports.Summaries(s.collector.Phases(reports.DefaultPhases)),
-		API:         s.counter.Snapshot(),
-		Settings:    s.settings,
+		Profile:          s.profile.Name,
+		StartedAt:        s.started,
+		FinishedAt:       finished,
+		WallSeconds:      finished.Sub(s.started).Seconds(),
+		Pods:             s.collector.PodCounts(),
+		Phases:           reports.Summaries(s.collector.Phases(reports.DefaultPhases)),
+		SLIs:             reports.Summaries(s.collector.Phases(reports.SLIPhases)),
+		API:              s.counter.Snapshot(),
+		APIServerLatency: metrics.APICallLatencies(),
+		Series:           reports.Series{Pods: s.collector.PodSeries(), API: s.counter.RequestSeries()},
+		Settings:         s.settings,
+	}
+	rep.Scheduling = reports.SchedulingFrom(rep.Series.Pods, metrics)
+	rep.EvaluateSLOs(s.profile.SLOs)
+	for _, err := range s.scrapeErrs {
+		rep.Errors = append(rep.Errors, "control plane metrics: "+err.Error())
 	}
 	if s.fleet != nil {
 		rep.Nodes = len(s.fleet.NodeNames())
