@@ -27,6 +27,7 @@ import (
 	"k8s.io/component-helpers/apimachinery/lease"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
@@ -48,6 +49,12 @@ const (
 	// 10 s for the default 40 s lease.
 	renewIntervalFraction = 0.25
 )
+
+// LeaseRenewInterval is how often an agent renews its lease: a quarter of
+// the lease duration, as the kubelet does (10 s for the default 40 s).
+func LeaseRenewInterval(kc *kubeletconfig.KubeletConfiguration) time.Duration {
+	return time.Duration(float64(time.Duration(kc.NodeLeaseDurationSeconds)*time.Second) * renewIntervalFraction)
+}
 
 // Agent is one node's kubelet.
 type Agent struct {
@@ -141,9 +148,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 
-	leaseDuration := time.Duration(kc.NodeLeaseDurationSeconds) * time.Second
 	leaseController := lease.NewController(cfg.Clock, cfg.Client, cfg.NodeName, kc.NodeLeaseDurationSeconds, nil,
-		time.Duration(float64(leaseDuration)*renewIntervalFraction), cfg.NodeName, leaseNamespace, a.setNodeOwner)
+		LeaseRenewInterval(kc), cfg.NodeName, leaseNamespace, a.setNodeOwner)
 	goRun(leaseController.Run)
 	goRun(nodeStatus.Run)
 	goRun(a.statuses.Run)

@@ -255,10 +255,6 @@ func mapsEqual(a, b map[string]int64) bool {
 	return true
 }
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
 // upgraded is a 101 response body: the connection itself.
 type upgraded struct{ io.ReadWriteCloser }
 

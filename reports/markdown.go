@@ -111,6 +111,10 @@ func RenderMarkdown(w io.Writer, r *Report) error {
 		p("\n## Scheduling throughput\n\n")
 		mdTable(bw, []string{"", ""}, "--", kvRows(v.Scheduling))
 	}
+	if len(v.Heartbeat) > 0 {
+		p("\n## Heartbeats\n\n")
+		mdTable(bw, []string{"", ""}, "--", kvRows(v.Heartbeat))
+	}
 	p("\n## Fleet\n\n")
 	mdTable(bw, []string{"", ""}, "--", kvRows(v.Fleet))
 	if len(v.Settings) > 0 {

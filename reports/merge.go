@@ -115,6 +115,11 @@ func Merge(reports ...*Report) (*Report, error) {
 		sched.SchedulingSLI = &l
 	}
 	out.Scheduling = sched
+	hb, err := mergeHeartbeats(reports)
+	if err != nil {
+		return nil, err
+	}
+	out.Heartbeat = hb
 
 	// The thresholds are the same in every report (checked above); reports
 	// whose SLOs were checked without recording them used the defaults.
@@ -129,6 +134,39 @@ func Merge(reports ...*Report) (*Report, error) {
 		}
 		out.EvaluateSLOs(t)
 	}
+	return out, nil
+}
+
+// mergeHeartbeats adds the heartbeats of shards that ran side by side: their
+// rates add up, and their lateness histograms merge exactly.
+func mergeHeartbeats(reports []*Report) (*HeartbeatStats, error) {
+	var out *HeartbeatStats
+	var lateness []PhaseSummary
+	for _, r := range reports {
+		h := r.Heartbeat
+		if h == nil {
+			continue
+		}
+		if out == nil {
+			out = &HeartbeatStats{}
+		}
+		out.Nodes += h.Nodes
+		out.Renewals += h.Renewals
+		out.LeaseUpdatesPerSecond += h.LeaseUpdatesPerSecond
+		out.NodeStatusPatchesPerSecond += h.NodeStatusPatchesPerSecond
+		out.OpenWatches += h.OpenWatches
+		out.BytesSentPerSecond += h.BytesSentPerSecond
+		out.BytesReceivedPerSecond += h.BytesReceivedPerSecond
+		lateness = append(lateness, h.Lateness)
+	}
+	if out == nil {
+		return nil, nil
+	}
+	merged, err := mergePhases([]*Report{{Phases: lateness}}, func(r *Report) []PhaseSummary { return r.Phases })
+	if err != nil {
+		return nil, fmt.Errorf("lease renewal lateness: %w", err)
+	}
+	out.Lateness = merged[0]
 	return out, nil
 }
 

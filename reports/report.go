@@ -46,6 +46,9 @@ type Report struct {
 	APIServerLatency []APICallLatency `json:"apiServerLatency,omitempty"`
 	// Scheduling (optional) is the scheduling throughput.
 	Scheduling SchedulingStats `json:"scheduling,omitzero"`
+	// Heartbeat (optional) is the fleet's heartbeat load and how late its
+	// lease renewals came.
+	Heartbeat *HeartbeatStats `json:"heartbeat,omitempty"`
 	// Series (optional) are per-second time series of pods and requests.
 	Series Series `json:"series,omitzero"`
 	// SLOThresholds (optional) are the thresholds SLOs were checked

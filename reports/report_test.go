@@ -65,6 +65,16 @@ func sampleReport() *Report {
 	r.APIServerLatency = d.APICallLatencies()
 	r.Series = Series{Pods: c.PodSeries(), API: sampleAPISeries()}
 	r.Scheduling = SchedulingFrom(r.Series.Pods, d)
+	r.Heartbeat = &HeartbeatStats{
+		Nodes: 10, Renewals: 80, LeaseUpdatesPerSecond: 1.0, NodeStatusPatchesPerSecond: 0.11, OpenWatches: 20,
+		BytesSentPerSecond: 2048, BytesReceivedPerSecond: 8192,
+	}
+	late := Phase{Name: "lease_renewal_lateness", Hist: NewHistogram()}
+	for i := range 80 {
+		recordMicros(late.Hist, time.Duration(i*5)*time.Millisecond)
+		late.Count++
+	}
+	r.Heartbeat.Lateness = late.Summary()
 	r.EvaluateSLOs(SLOThresholds{})
 	return r
 }

@@ -33,6 +33,7 @@ type reportView struct {
 	APIServerMissing bool
 
 	Scheduling []keyValue
+	Heartbeat  []keyValue
 	Fleet      []keyValue
 	Settings   []keyValue
 	Errors     []string
@@ -195,6 +196,7 @@ func buildView(r *Report) reportView {
 	v.APIServerMissing = len(r.APIServerLatency) == 0
 
 	v.Scheduling = schedulingFacts(r.Scheduling)
+	v.Heartbeat = heartbeatFacts(r.Heartbeat)
 	v.Fleet = fleetFacts(r.Fleet)
 	keys := make([]string, 0, len(r.Settings))
 	for k := range r.Settings {
@@ -318,6 +320,21 @@ func schedulingFacts(s SchedulingStats) []keyValue {
 		out = append(out, keyValue{"Scheduler's pod scheduling SLI", fmt.Sprintf("p50 %s ms, p90 %s ms, p99 %s ms over %d pods", fmtMs(l.P50Ms), fmtMs(l.P90Ms), fmtMs(l.P99Ms), l.Count)})
 	}
 	return out
+}
+
+func heartbeatFacts(h *HeartbeatStats) []keyValue {
+	if h == nil {
+		return nil
+	}
+	l := h.Lateness
+	return []keyValue{
+		{"Nodes renewing their lease", strconv.Itoa(h.Nodes)},
+		{"Lease updates", strconv.FormatFloat(h.LeaseUpdatesPerSecond, 'f', 1, 64) + "/s"},
+		{"Node status patches", strconv.FormatFloat(h.NodeStatusPatchesPerSecond, 'f', 2, 64) + "/s"},
+		{"Lease renewal lateness", fmt.Sprintf("p50 %s ms, p99 %s ms, max %s ms over %d renewals", fmtMs(l.P50Ms), fmtMs(l.P99Ms), fmtMs(l.MaxMs), l.Count)},
+		{"Open watches", strconv.Itoa(h.OpenWatches)},
+		{"Agents' traffic", fmt.Sprintf("%s/s sent, %s/s received", fmtBytes(int64(h.BytesSentPerSecond)), fmtBytes(int64(h.BytesReceivedPerSecond)))},
+	}
 }
 
 func fleetFacts(f FleetStats) []keyValue {

@@ -47,7 +47,7 @@ func newFleetCommand() *cobra.Command {
 				return err
 			}
 			defer func() { _ = cl.Stop() }()
-			f, _, cleanup, err := newFleet(ctx, v, profile, cl, reports.Discard{}, reports.NewAPICounter())
+			f, _, cleanup, err := newFleet(ctx, v, profile, cl, reports.Discard{}, nil)
 			if err != nil {
 				return err
 			}

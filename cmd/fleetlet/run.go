@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/fleetlet/fleetlet/fleet"
 	"github.com/fleetlet/fleetlet/loadprofiles"
+	"github.com/fleetlet/fleetlet/nodeagent"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -162,6 +164,7 @@ type session struct {
 	client    kubernetes.Interface
 	collector *reports.Collector
 	counter   *reports.APICounter
+	lateness  *reports.LeaseLateness
 	settings  map[string]string
 	// runErr is the first failure after the fleet started; the report
 	// carries it, and scrapeErrs the control plane metrics it could not read.
@@ -177,7 +180,10 @@ type session struct {
 // returned, to be closed, as soon as the cluster is open; an error in
 // waiting for the nodes is left in runErr so the report still gets written.
 func startSession(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, out string) (*session, error) {
-	s := &session{profile: p, started: time.Now(), collector: reports.NewCollector(), counter: reports.NewAPICounter()}
+	s := &session{
+		profile: p, started: time.Now(), collector: reports.NewCollector(), counter: reports.NewAPICounter(),
+		lateness: reports.NewLeaseLateness(nodeagent.LeaseRenewInterval(nodeagent.DefaultKubeletConfiguration())),
+	}
 	cl, err := openCluster(ctx, v, filepath.Join(out, "controlplane"))
 	if err != nil {
 		return nil, err
@@ -187,7 +193,8 @@ func startSession(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, 
 	if s.client, err = kubernetes.NewForConfig(driverConfig(cl.admin, p)); err != nil {
 		return s, err
 	}
-	s.fleet, s.settings, s.cleanup, err = newFleet(ctx, v, p, cl, s.collector, s.counter)
+	wrap := func(rt http.RoundTripper) http.RoundTripper { return s.counter.Wrap(s.lateness.Wrap(rt)) }
+	s.fleet, s.settings, s.cleanup, err = newFleet(ctx, v, p, cl, s.collector, wrap)
 	if err != nil {
 		return s, err
 	}
@@ -262,6 +269,8 @@ func (s *session) report(metrics *reports.Metrics) *reports.Report {
 		Settings:         s.settings,
 	}
 	rep.Scheduling = reports.SchedulingFrom(rep.Series.Pods, metrics)
+	hb := reports.Heartbeat(s.lateness, rep.API, s.counter.OpenWatches(), rep.WallSeconds)
+	rep.Heartbeat = &hb
 	rep.EvaluateSLOs(s.profile.SLOs)
 	for _, err := range s.scrapeErrs {
 		rep.Errors = append(rep.Errors, "control plane metrics: "+err.Error())

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/transport"
 	remote "k8s.io/cri-client/pkg"
 
 	"github.com/fleetlet/fleetlet/fakeruntime"
@@ -145,7 +146,7 @@ func serveFakeSocket(ctx context.Context, socket string, b fakeruntime.Behaviour
 }
 
 // newFleet builds the fleet of a profile on a cluster.
-func newFleet(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, cl *cluster, rec reports.Recorder, counter *reports.APICounter) (*fleet.Fleet, map[string]string, func(), error) {
+func newFleet(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, cl *cluster, rec reports.Recorder, wrap transport.WrapperFunc) (*fleet.Fleet, map[string]string, func(), error) {
 	pools, settings := fleetPools(p)
 	newRuntime, cleanup, err := runtimeFactory(ctx, v.GetString("cri"), behaviour(p.Runtime))
 	if err != nil {
@@ -162,7 +163,7 @@ func newFleet(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, cl *
 		FirstIP:       firstIP,
 		ClientConfig:  cl.nodeConfig,
 		NewRuntime:    newRuntime,
-		WrapTransport: counter.Wrap,
+		WrapTransport: wrap,
 		Recorder:      rec,
 		StartJitter:   v.GetDuration("start-jitter"),
 		Seed:          v.GetUint64("seed"),

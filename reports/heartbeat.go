@@ -1,0 +1,111 @@
+package reports
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// leasePathPrefix is where every node's Lease lives.
+const leasePathPrefix = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"
+
+// LeaseLateness measures, at the agents' client transport, how late each
+// node's lease renewal came: the gap since that node's previous successful
+// renewal, less the renew interval. A renewal on time counts as 0. This is
+// what keeps nodes Ready: a node whose renewals fall behind by the lease
+// duration (40 s) is marked NotReady by the node lifecycle controller.
+type LeaseLateness struct {
+	interval time.Duration
+	now      func() time.Time
+
+	mu       sync.Mutex
+	last     map[string]time.Time
+	hist     *hdrhistogram.Histogram
+	renewals int64
+}
+
+// NewLeaseLateness tracks renewals expected every interval (the lease
+// controller's renew interval: 10 s by default).
+func NewLeaseLateness(interval time.Duration) *LeaseLateness {
+	return &LeaseLateness{interval: interval, now: time.Now, last: map[string]time.Time{}, hist: NewHistogram()}
+}
+
+// Wrap observes lease updates going through rt; usable as a
+// rest.Config WrapTransport, chained with APICounter.Wrap.
+func (l *LeaseLateness) Wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err == nil && req.Method == http.MethodPut && resp.StatusCode/100 == 2 {
+			if name, ok := strings.CutPrefix(req.URL.Path, leasePathPrefix); ok && !strings.Contains(name, "/") {
+				l.renewed(name, l.now())
+			}
+		}
+		return resp, err
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+func (l *LeaseLateness) renewed(lease string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if prev, ok := l.last[lease]; ok {
+		recordMicros(l.hist, max(at.Sub(prev)-l.interval, 0))
+		l.renewals++
+	}
+	l.last[lease] = at
+}
+
+// HeartbeatStats is the load a fleet's heartbeats put on the control plane,
+// from the agents' side: lease renewals and node status patches per second,
+// and how late renewals came.
+type HeartbeatStats struct {
+	// Nodes that renewed their lease at least once.
+	Nodes int `json:"nodes"`
+	// Renewals counted for lateness: every renewal after a node's first.
+	Renewals int64 `json:"renewals"`
+	// LeaseUpdatesPerSecond and NodeStatusPatchesPerSecond are over the
+	// run's wall time, from the client-side API counts.
+	LeaseUpdatesPerSecond      float64 `json:"leaseUpdatesPerSecond"`
+	NodeStatusPatchesPerSecond float64 `json:"nodeStatusPatchesPerSecond"`
+	// OpenWatches held by the agents when the report was made.
+	OpenWatches int `json:"openWatches"`
+	// BytesSentPerSecond and BytesReceivedPerSecond are all the agents'
+	// traffic with the API server, heartbeats and pod work together.
+	BytesSentPerSecond     float64 `json:"bytesSentPerSecond"`
+	BytesReceivedPerSecond float64 `json:"bytesReceivedPerSecond"`
+	// Lateness is the renewal lateness: how long after the renew interval
+	// each renewal came.
+	Lateness PhaseSummary `json:"lateness"`
+}
+
+// Heartbeat summarises the fleet's heartbeats over wallSeconds.
+func Heartbeat(l *LeaseLateness, api []APIStat, openWatches int, wallSeconds float64) HeartbeatStats {
+	l.mu.Lock()
+	hist := hdrhistogram.Import(l.hist.Export())
+	st := HeartbeatStats{Nodes: len(l.last), Renewals: l.renewals, OpenWatches: openWatches}
+	l.mu.Unlock()
+	st.Lateness = Phase{Name: "lease_renewal_lateness", Count: int(hist.TotalCount()), Hist: hist}.Summary()
+	if wallSeconds <= 0 {
+		return st
+	}
+	var sent, received int64
+	for _, a := range api {
+		sent += a.BytesSent
+		received += a.BytesReceived
+		switch {
+		case a.Verb == "update" && a.Resource == "leases" && a.Subresource == "":
+			st.LeaseUpdatesPerSecond += float64(a.Count) / wallSeconds
+		case a.Verb == "patch" && a.Resource == "nodes" && a.Subresource == "status":
+			st.NodeStatusPatchesPerSecond += float64(a.Count) / wallSeconds
+		}
+	}
+	st.BytesSentPerSecond = float64(sent) / wallSeconds
+	st.BytesReceivedPerSecond = float64(received) / wallSeconds
+	return st
+}

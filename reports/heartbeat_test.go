@@ -1,0 +1,52 @@
+package reports
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+func TestLeaseLateness(t *testing.T) {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == leasePathPrefix+"failing" {
+			http.Error(w, "conflict", http.StatusConflict)
+		}
+	}))
+	defer server.Close()
+	l := NewLeaseLateness(10 * time.Second)
+	now := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	l.now = func() time.Time { return now }
+	rt := l.Wrap(http.DefaultTransport)
+	put := func(path string, after time.Duration) {
+		now = now.Add(after)
+		req, _ := http.NewRequest(http.MethodPut, server.URL+path, nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	put(leasePathPrefix+"n1", 0)              // first renewal: no gap yet
+	put(leasePathPrefix+"n1", 10*time.Second) // on time
+	put(leasePathPrefix+"n1", 10*time.Second+250*time.Millisecond)
+	put(leasePathPrefix+"n1", 13*time.Second) // 3 s late
+	put(leasePathPrefix+"n2", 0)
+	put(leasePathPrefix+"n2", 9*time.Second)    // early counts as 0
+	put(leasePathPrefix+"failing", 0)           // not a renewal
+	put("/api/v1/nodes/n1/status", time.Second) // not a lease
+
+	st := Heartbeat(l, []APIStat{
+		{Verb: "update", Resource: "leases", Count: 6, BytesSent: 600, BytesReceived: 1200},
+		{Verb: "patch", Resource: "nodes", Subresource: "status", Count: 2},
+	}, 4, 60)
+	if st.Nodes != 2 || st.Renewals != 4 || st.OpenWatches != 4 {
+		t.Errorf("nodes %d renewals %d watches %d, want 2, 4, 4", st.Nodes, st.Renewals, st.OpenWatches)
+	}
+	if st.Lateness.Count != 4 || st.Lateness.MaxMs < 2990 || st.Lateness.MaxMs > 3010 || st.Lateness.P50Ms != 0 {
+		t.Errorf("lateness %+v, want 4 renewals, max 3 s, median 0", st.Lateness)
+	}
+	if st.LeaseUpdatesPerSecond != 0.1 || st.BytesReceivedPerSecond != 20 {
+		t.Errorf("rates: %+v", st)
+	}
+}
