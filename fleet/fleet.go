@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fleetlet/fleetlet/nodeagent"
+	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -42,7 +43,9 @@ type NodePool struct {
 type Runtime struct {
 	Runtime internalapi.RuntimeService
 	Images  internalapi.ImageManagerService
-	Close   func() error
+	// Prober answers the node's network probes; nil probes the pods for real.
+	Prober prober.NetworkRunner
+	Close  func() error
 }
 
 // Config describes a fleet.
@@ -161,7 +164,7 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error
 	}
 	agent, err := nodeagent.New(nodeagent.Config{
 		NodeName: name, NodeIP: ip, Capacity: pool.Capacity, Labels: withPoolLabel(pool), Taints: pool.Taints,
-		Kubelet: kc, Client: client, Runtime: rt.Runtime, Images: rt.Images,
+		Kubelet: kc, Client: client, Runtime: rt.Runtime, Images: rt.Images, NetworkProber: rt.Prober,
 		Recorder: f.cfg.Recorder, Clock: f.cfg.Clock,
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"sync"
 	"time"
@@ -34,6 +35,7 @@ import (
 	"github.com/fleetlet/fleetlet/nodeagent/nodestatus"
 	"github.com/fleetlet/fleetlet/nodeagent/pleg"
 	"github.com/fleetlet/fleetlet/nodeagent/podworkers"
+	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/nodeagent/status"
 	"github.com/fleetlet/fleetlet/reports"
 )
@@ -50,6 +52,14 @@ const (
 	renewIntervalFraction = 0.25
 )
 
+// nodeSeed derives a node's random seed from its name, so that a fleet
+// replays the same probe jitter run after run.
+func nodeSeed(name string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	return h.Sum64()
+}
+
 // LeaseRenewInterval is how often an agent renews its lease: a quarter of
 // the lease duration, as the kubelet does (10 s for the default 40 s).
 func LeaseRenewInterval(kc *kubeletconfig.KubeletConfiguration) time.Duration {
@@ -64,7 +74,7 @@ type Agent struct {
 	runtime     *kuberuntime.Manager
 	statuses    *status.Manager
 	pleg        *pleg.Generic
-	probes      probeState
+	probes      *prober.Manager
 	workers     *podworkers.PodWorkers
 	nodeLister  cache.Indexer
 
@@ -110,6 +120,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		SerializeImagePulls: ptr.Deref(kc.SerializeImagePulls, true),
 	})
 	a.statuses = status.NewManager(status.Config{Client: cfg.Client, Clock: cfg.Clock, Recorder: cfg.Recorder})
+	network := cfg.NetworkProber
+	if network == nil {
+		network = prober.NewHTTPRunner(nil)
+	}
+	a.probes = prober.NewManager(prober.Config{
+		Clock: cfg.Clock, Events: events, Seed: nodeSeed(cfg.NodeName),
+		Runner: prober.Join(prober.ExecViaCRI(cfg.Runtime), network),
+	})
 	a.pleg = pleg.NewGeneric(cfg.Runtime, cfg.Clock, pleg.RelistPeriod)
 
 	capacity := cfg.Capacity.DeepCopy()
@@ -154,6 +172,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	goRun(nodeStatus.Run)
 	goRun(a.statuses.Run)
 	goRun(a.pleg.Run)
+	goRun(a.probes.Run)
 
 	a.workers = podworkers.New(ctx, a, cfg.Clock)
 	defer a.workers.Wait()
@@ -165,8 +184,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// syncLoop turns PLEG events into pod syncs, the kubelet's syncLoopIteration
-// for its plegCh.
+// syncLoop turns PLEG events and probe results into pod syncs, the
+// kubelet's syncLoopIteration for its plegCh and probe channels.
 func (a *Agent) syncLoop(ctx context.Context) {
 	for {
 		select {
@@ -174,6 +193,12 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			return
 		case e := <-a.pleg.Watch():
 			if pod := a.pod(e.ID); pod != nil {
+				a.workers.UpdatePod(pod)
+			}
+		case u := <-a.probes.Updates():
+			// Readiness changes the status; a failed liveness or startup
+			// probe makes the next sync kill the container.
+			if pod := a.pod(u.PodUID); pod != nil {
 				a.workers.UpdatePod(pod)
 			}
 		}
@@ -285,6 +310,7 @@ func (a *Agent) newPodInformer() cache.SharedIndexInformer {
 			a.workers.KillPod(pod)
 			a.workers.Forget(pod.UID)
 			a.statuses.Forget(pod.UID)
+			a.probes.RemovePod(pod.UID)
 		},
 	})
 	return inf

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -34,11 +35,15 @@ type Config struct {
 	// DefaultKubeletConfiguration; a nil value means all defaults.
 	Kubelet *kubeletconfig.KubeletConfiguration
 
-	Client   kubernetes.Interface
-	Runtime  internalapi.RuntimeService
-	Images   internalapi.ImageManagerService
-	Recorder reports.Recorder
-	Clock    clock.WithTickerAndDelayedExecution
+	Client  kubernetes.Interface
+	Runtime internalapi.RuntimeService
+	Images  internalapi.ImageManagerService
+	// NetworkProber runs httpGet, tcpSocket and grpc probes. Emulated nodes
+	// get one that asks the fake runtime's behaviour model; nil sends real
+	// probes to the pod's IP, as on a physical node.
+	NetworkProber prober.NetworkRunner
+	Recorder      reports.Recorder
+	Clock         clock.WithTickerAndDelayedExecution
 }
 
 // DefaultKubeletConfiguration returns the upstream kubelet's defaults for the

@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
 	"github.com/fleetlet/fleetlet/nodeagent/status"
@@ -19,6 +20,7 @@ func (a *Agent) SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, er
 	if err != nil {
 		return false, err
 	}
+	a.updateProbes(pod, rs)
 	if phase := a.setStatus(pod, rs, false); phase == corev1.PodSucceeded || phase == corev1.PodFailed {
 		return true, nil
 	}
@@ -28,6 +30,8 @@ func (a *Agent) SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, er
 // SyncTerminatingPod stops the pod's containers within the grace period and
 // reports their final states.
 func (a *Agent) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, gracePeriod int64) error {
+	// Readiness keeps being probed while the pod stops, as on the kubelet.
+	a.probes.StopLivenessAndStartup(pod.UID)
 	rs, err := a.runtime.GetPodStatus(ctx, pod.UID)
 	if err != nil {
 		return err
@@ -53,6 +57,7 @@ func (a *Agent) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	a.runtime.Forget(pod)
+	a.probes.RemovePod(pod.UID)
 	a.statuses.TerminatePod(pod.UID)
 	return nil
 }
@@ -75,6 +80,19 @@ func (a *Agent) setStatus(pod *corev1.Pod, rs *kuberuntime.PodStatus, terminal b
 	}
 	a.statuses.SetPodStatus(pod, st)
 	return st.Phase
+}
+
+// updateProbes tells the prober which containers run: it starts workers for
+// new container IDs and lets readiness of exited ones fail.
+func (a *Agent) updateProbes(pod *corev1.Pod, rs *kuberuntime.PodStatus) {
+	for _, c := range rs.Containers {
+		switch c.State {
+		case runtimeapi.ContainerState_CONTAINER_RUNNING:
+			a.probes.ContainerStarted(pod, c.Name, c.ID, c.StartedAt)
+		case runtimeapi.ContainerState_CONTAINER_EXITED:
+			a.probes.ContainerStopped(c.ID)
+		}
+	}
 }
 
 func resourceQuantity(n int64) *resource.Quantity { return resource.NewQuantity(n, resource.DecimalSI) }

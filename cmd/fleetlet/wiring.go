@@ -22,6 +22,7 @@ import (
 	"github.com/fleetlet/fleetlet/fleet"
 	"github.com/fleetlet/fleetlet/loadprofiles"
 	"github.com/fleetlet/fleetlet/nodeagent"
+	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -86,7 +87,7 @@ func runtimeFactory(ctx context.Context, mode string, b fakeruntime.Behaviour) (
 	case criInProc:
 		return func(string) (fleet.Runtime, error) {
 			rt := fakeruntime.New(fakeruntime.Config{Behaviour: b})
-			return fleet.Runtime{Runtime: rt, Images: rt}, nil
+			return fleet.Runtime{Runtime: rt, Images: rt, Prober: fakeProber{rt}}, nil
 		}, func() {}, nil
 	case criFakeSocket:
 		// Unix socket paths are limited to 108 bytes, so the sockets live in a
@@ -137,12 +138,36 @@ func serveFakeSocket(ctx context.Context, socket string, b fakeruntime.Behaviour
 	if err != nil {
 		return fail(err)
 	}
-	return fleet.Runtime{Runtime: runtimeService, Images: imageService, Close: func() error {
+	return fleet.Runtime{Runtime: runtimeService, Images: imageService, Prober: fakeProber{rt}, Close: func() error {
 		_ = runtimeService.Close(context.Background())
 		_ = imageService.Close(context.Background())
 		cancel()
 		return <-served
 	}}, nil
+}
+
+// fakeProber answers an emulated node's httpGet, tcpSocket and grpc probes
+// from the fake runtime's behaviour model: there is no process to connect
+// to. Failures read like the kubelet's own probe messages.
+type fakeProber struct{ rt *fakeruntime.Runtime }
+
+func (f fakeProber) Network(_ context.Context, kind prober.Kind, _ *corev1.Pod, _ *corev1.Container, containerID string, p *corev1.Probe) (prober.Result, string, error) {
+	kinds := map[prober.Kind]fakeruntime.ProbeKind{
+		prober.Liveness: fakeruntime.Liveness, prober.Readiness: fakeruntime.Readiness, prober.Startup: fakeruntime.Startup,
+	}
+	ok, err := f.rt.ProbeNetwork(containerID, kinds[kind])
+	switch {
+	case err != nil:
+		return prober.Failure, err.Error(), nil
+	case ok:
+		return prober.Success, "", nil
+	case p.GRPC != nil:
+		return prober.Failure, `service unhealthy (responded with "NOT_SERVING")`, nil
+	case p.TCPSocket != nil:
+		return prober.Failure, "connect: connection refused", nil
+	default:
+		return prober.Failure, "HTTP probe failed with statuscode: 500", nil
+	}
 }
 
 // newFleet builds the fleet of a profile on a cluster.

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
@@ -29,9 +30,16 @@ type Syncer interface {
 	SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error
 }
 
-// BackOffPeriod is how long a worker waits to retry a failed sync, the
-// kubelet's backOffPeriod.
-const BackOffPeriod = 10 * time.Second
+// The kubelet's pod worker timing: a failed sync is retried after
+// BackOffPeriod, or when the back-off it hit expires, but never later than
+// ResyncInterval; every retry is stretched by up to half again
+// (workerBackOffPeriodJitterFactor), so pods that failed together do not
+// retry together.
+const (
+	BackOffPeriod     = 10 * time.Second
+	ResyncInterval    = time.Minute
+	retryJitterFactor = 0.5
+)
 
 type state int
 
@@ -181,7 +189,7 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 		}
 		if err != nil && p.ctx.Err() == nil {
 			logger.V(2).Info("Error syncing pod, skipping", "err", err)
-			p.retryAfter(w, p.retryDelay(err))
+			p.retryAfter(w, wait.Jitter(p.retryDelay(err), retryJitterFactor))
 		}
 	}
 }
@@ -193,10 +201,11 @@ type RetryTimer interface {
 	RetryTime() time.Time
 }
 
+// retryDelay is how long to wait before retrying after err, before jitter.
 func (p *PodWorkers) retryDelay(err error) time.Duration {
 	var rt RetryTimer
 	if errors.As(err, &rt) && !rt.RetryTime().IsZero() {
-		return max(rt.RetryTime().Sub(p.clock.Now()), 0)
+		return min(max(rt.RetryTime().Sub(p.clock.Now()), 0), ResyncInterval)
 	}
 	return BackOffPeriod
 }

@@ -141,7 +141,8 @@ func TestFailedSyncRetriesAfterBackOff(t *testing.T) {
 	if n := len(s.snapshot()); n != 1 {
 		t.Fatalf("retried before the back-off period: %d calls", n)
 	}
-	clk.Step(time.Millisecond)
+	// The retry comes within the jitter: at most half the period later.
+	clk.Step(BackOffPeriod/2 + time.Millisecond)
 	waitFor(t, "the retry", func() bool { return len(s.snapshot()) == 2 })
 }
 
@@ -192,6 +193,12 @@ func TestRetryAtBackOffExpiry(t *testing.T) {
 	}
 	if d := p.retryDelay(errors.New("plain")); d != BackOffPeriod {
 		t.Errorf("delay = %v, want BackOffPeriod for a plain error", d)
+	}
+	if d := p.retryDelay(retryAt(clk.Now().Add(5 * time.Minute))); d != ResyncInterval {
+		t.Errorf("delay = %v, want a long back-off capped at the resync interval", d)
+	}
+	if d := p.retryDelay(retryAt(clk.Now().Add(-time.Second))); d != 0 {
+		t.Errorf("delay = %v, want 0 for a back-off already over", d)
 	}
 }
 

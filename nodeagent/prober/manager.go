@@ -284,6 +284,21 @@ func (m *Manager) Readiness(containerID string) Result {
 	return Failure
 }
 
+// Ready reports whether the container's Readiness is Success. With Started
+// and Unhealthy it makes the Manager the agent's view of probes
+// (kuberuntime.ProbeState, status.Probes).
+func (m *Manager) Ready(containerID string) bool { return m.Readiness(containerID) == Success }
+
+// Unhealthy reports whether the container's liveness or startup probe
+// reached its failure threshold, so that the agent kills it and its restart
+// policy decides what follows (the kubelet's computePodActions). It stays
+// true for that container ID; its replacement starts healthy.
+func (m *Manager) Unhealthy(containerID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.results[Liveness][containerID] == Failure || m.results[Startup][containerID] == Failure
+}
+
 // Started reports whether the container's startup probe has succeeded, or
 // it has none (or the manager was not told of it): status.containerStatuses
 // [].started, which gates its liveness and readiness probes.
