@@ -344,15 +344,18 @@ func TestRenderSummaryEmptyReport(t *testing.T) {
 
 func TestPeakRSS(t *testing.T) {
 	status := "Name:\tfleetlet\nVmPeak:\t 2000000 kB\nVmHWM:\t  123456 kB\nVmRSS:\t  100000 kB\n"
-	got, err := parsePeakRSS(strings.NewReader(status))
+	got, err := parseStatusKB(strings.NewReader(status), "VmHWM")
 	if err != nil || got != 123456*1024 {
-		t.Errorf("parsePeakRSS = %d, %v; want %d", got, err, 123456*1024)
+		t.Errorf("VmHWM = %d, %v; want %d", got, err, 123456*1024)
 	}
-	if _, err := parsePeakRSS(strings.NewReader("VmHWM:\tlots\n")); err == nil {
-		t.Errorf("parsePeakRSS accepted a malformed line")
+	if got, err := parseStatusKB(strings.NewReader(status), "VmRSS"); err != nil || got != 100000*1024 {
+		t.Errorf("VmRSS = %d, %v; want %d", got, err, 100000*1024)
 	}
-	if _, err := parsePeakRSS(strings.NewReader("Name:\tx\n")); err == nil {
-		t.Errorf("parsePeakRSS accepted a status without VmHWM")
+	if _, err := parseStatusKB(strings.NewReader("VmHWM:\tlots\n"), "VmHWM"); err == nil {
+		t.Errorf("a malformed line was accepted")
+	}
+	if _, err := parseStatusKB(strings.NewReader("Name:\tx\n"), "VmHWM"); err == nil {
+		t.Errorf("a status without VmHWM was accepted")
 	}
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("no /proc: not Linux")

@@ -12,36 +12,43 @@ import (
 // ReadPeakRSS returns the peak resident set size of this process, in bytes:
 // VmHWM from /proc/self/status. It is Linux only; elsewhere it returns an
 // error, and the report's peakRSSBytes stays 0.
-func ReadPeakRSS() (int64, error) {
+func ReadPeakRSS() (int64, error) { return readStatusKB("VmHWM") }
+
+// ReadRSS returns the resident set size of this process now, in bytes:
+// VmRSS from /proc/self/status (Linux only).
+func ReadRSS() (int64, error) { return readStatusKB("VmRSS") }
+
+func readStatusKB(field string) (int64, error) {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
-		return 0, fmt.Errorf("reading peak RSS (needs Linux /proc): %w", err)
+		return 0, fmt.Errorf("reading %s (needs Linux /proc): %w", field, err)
 	}
 	defer f.Close()
-	return parsePeakRSS(f)
+	return parseStatusKB(f, field)
 }
 
-// parsePeakRSS finds the VmHWM line ("VmHWM:\t  123456 kB") of a
-// /proc/<pid>/status file.
-func parsePeakRSS(r io.Reader) (int64, error) {
+// parseStatusKB finds a "Field:\t  123456 kB" line of a /proc/<pid>/status
+// file and returns its value in bytes.
+func parseStatusKB(r io.Reader, field string) (int64, error) {
 	sc := bufio.NewScanner(r)
+	prefix := []byte(field + ":")
 	for sc.Scan() {
-		rest, ok := bytes.CutPrefix(sc.Bytes(), []byte("VmHWM:"))
+		rest, ok := bytes.CutPrefix(sc.Bytes(), prefix)
 		if !ok {
 			continue
 		}
 		fields := bytes.Fields(rest)
 		if len(fields) != 2 || string(fields[1]) != "kB" {
-			return 0, fmt.Errorf("reading peak RSS: unexpected VmHWM line %q", sc.Text())
+			return 0, fmt.Errorf("reading %s: unexpected line %q", field, sc.Text())
 		}
 		kb, err := strconv.ParseInt(string(fields[0]), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("reading peak RSS: unexpected VmHWM line %q: %w", sc.Text(), err)
+			return 0, fmt.Errorf("reading %s: unexpected line %q: %w", field, sc.Text(), err)
 		}
 		return kb * 1024, nil
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("reading peak RSS: %w", err)
+		return 0, fmt.Errorf("reading %s: %w", field, err)
 	}
-	return 0, fmt.Errorf("reading peak RSS: no VmHWM line in /proc/self/status")
+	return 0, fmt.Errorf("reading %s: no such line in /proc/self/status", field)
 }

@@ -33,6 +33,7 @@ func newRootCommand() *cobra.Command {
 		newControlPlaneCommand(),
 		newFakeRuntimeCommand(),
 		newReportCommand(),
+		newBenchCommand(),
 	)
 	return root
 }

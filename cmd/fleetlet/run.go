@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -282,10 +281,7 @@ func (s *session) report(metrics *reports.Metrics) *reports.Report {
 	if rss, err := reports.ReadPeakRSS(); err == nil {
 		rep.Fleet.PeakRSSBytes = rss
 	}
-	var usage syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err == nil {
-		rep.Fleet.CPUSeconds = time.Duration(usage.Utime.Nano() + usage.Stime.Nano()).Seconds()
-	}
+	rep.Fleet.CPUSeconds = cpuTime().Seconds()
 	if s.runErr != nil {
 		rep.Errors = append(rep.Errors, s.runErr.Error())
 	}
