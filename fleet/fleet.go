@@ -71,6 +71,8 @@ type Config struct {
 	StartJitter time.Duration
 	// Seed makes the start order and jitter replayable.
 	Seed uint64
+	// Metrics, if set, counts the fleet's agents.
+	Metrics *Metrics
 }
 
 // DefaultFirstIP leaves 127.0.0.1 to the control plane.
@@ -206,6 +208,9 @@ func (f *Fleet) NodeNames() []string {
 func (f *Fleet) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	rng := rand.New(rand.NewPCG(f.cfg.Seed, 0x666c656574))
+	if m := f.cfg.Metrics; m != nil {
+		m.agents.Set(float64(len(f.members)))
+	}
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -223,6 +228,10 @@ func (f *Fleet) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-f.cfg.Clock.After(delay):
+			}
+			if metrics := f.cfg.Metrics; metrics != nil {
+				metrics.running.Inc()
+				defer metrics.running.Dec()
 			}
 			if err := m.agent.Run(ctx); err != nil {
 				logger.Error(err, "Node agent failed", "node", m.Name)

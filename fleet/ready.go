@@ -16,8 +16,8 @@ import (
 )
 
 // WaitForNodesReady blocks until every named node is Ready, as the API server
-// holds it, or timeout passes; the error then names how many are not Ready
-// and a few of them.
+// holds it, or timeout passes (0: until ctx ends); the error then names how
+// many are not Ready and a few of them.
 func WaitForNodesReady(ctx context.Context, client kubernetes.Interface, names []string, timeout time.Duration) error {
 	want := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -34,8 +34,11 @@ func WaitForNodesReady(ctx context.Context, client kubernetes.Interface, names [
 			return client.CoreV1().Nodes().Watch(ctx, o)
 		},
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	_, err := watchtools.UntilWithSync(ctx, cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Node{}, nil, func(e watch.Event) (bool, error) {
 		node, ok := e.Object.(*corev1.Node)
 		if !ok {

@@ -67,6 +67,9 @@ type benchResult struct {
 }
 
 func benchFleet(ctx context.Context, v *viper.Viper) error {
+	if err := checkFleetFlags(v); err != nil {
+		return err
+	}
 	var sizes []int
 	for _, s := range strings.Split(v.GetString("nodes"), ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

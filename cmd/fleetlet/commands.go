@@ -32,6 +32,9 @@ func newFleetCommand() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
+			if err := checkFleetFlags(v); err != nil {
+				return err
+			}
 			profile, err := fleetProfile(v.GetString("profile"), v.GetInt("nodes"))
 			if err != nil {
 				return err

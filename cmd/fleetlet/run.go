@@ -49,6 +49,9 @@ func newRunCommand() *cobra.Command {
 // run executes one profile end to end. Once the fleet has started, the
 // report measured so far is written whatever happens next.
 func run(ctx context.Context, v *viper.Viper) (err error) {
+	if err := checkFleetFlags(v); err != nil {
+		return err
+	}
 	profile, err := loadprofiles.Load(v.GetString("profile"))
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/transport"
 	remote "k8s.io/cri-client/pkg"
+	"k8s.io/klog/v2"
 
 	"github.com/fleetlet/fleetlet/fakeruntime"
 	"github.com/fleetlet/fleetlet/fleet"
@@ -38,6 +40,7 @@ func fleetFlags(fs *pflag.FlagSet) {
 	fs.String("first-ip", "127.1.0.1", "InternalIP of the first node; the next nodes take the next loopback addresses")
 	fs.Duration("start-jitter", 5*time.Second, "spread agent starts over this window so the fleet does not heartbeat in lockstep")
 	fs.Uint64("seed", 1, "seed of every random choice (start jitter), so that a run can be replayed")
+	fs.String("debug-addr", "", "serve pprof and the fleet's Prometheus metrics on this loopback address, such as 127.0.0.1:6060")
 }
 
 // defaultEphemeralStorage is each emulated node's root filesystem size until
@@ -182,6 +185,23 @@ func newFleet(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, cl *
 		cleanup()
 		return nil, nil, nil, err
 	}
+	var metrics *fleet.Metrics
+	if addr := v.GetString("debug-addr"); addr != "" {
+		lis, err := fleet.ListenDebug(addr)
+		if err != nil {
+			cleanup()
+			return nil, nil, nil, err
+		}
+		metrics = fleet.NewMetrics()
+		debugCtx, stopDebug := context.WithCancel(ctx)
+		go func() {
+			if err := fleet.ServeDebug(debugCtx, lis, metrics); err != nil {
+				klog.FromContext(ctx).Error(err, "Debug endpoint failed")
+			}
+		}()
+		stopRuntimes := cleanup
+		cleanup = func() { stopDebug(); stopRuntimes() }
+	}
 	f, err := fleet.New(fleet.Config{
 		Pools:         pools,
 		NamePrefix:    v.GetString("node-prefix"),
@@ -192,6 +212,7 @@ func newFleet(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, cl *
 		Recorder:      rec,
 		StartJitter:   v.GetDuration("start-jitter"),
 		Seed:          v.GetUint64("seed"),
+		Metrics:       metrics,
 	})
 	if err != nil {
 		cleanup()
@@ -201,6 +222,24 @@ func newFleet(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, cl *
 		settings["cri"] = mode
 	}
 	return f, settings, cleanup, nil
+}
+
+// checkFleetFlags rejects bad fleet flags before anything starts: a typo
+// must not cost a control plane start.
+func checkFleetFlags(v *viper.Viper) error {
+	if mode := v.GetString("cri"); mode != criInProc && mode != criFakeSocket {
+		return fmt.Errorf("unknown --cri %q: use %s or %s", mode, criInProc, criFakeSocket)
+	}
+	if _, err := parseLoopback(v.GetString("first-ip")); err != nil {
+		return err
+	}
+	if addr := v.GetString("debug-addr"); addr != "" {
+		host, _, err := net.SplitHostPort(addr)
+		if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+			return fmt.Errorf("--debug-addr %q: want a loopback host:port such as 127.0.0.1:6060", addr)
+		}
+	}
+	return nil
 }
 
 func parseLoopback(s string) (netip.Addr, error) {
