@@ -48,7 +48,7 @@ func newRunCommand() *cobra.Command {
 
 // run executes one profile end to end. Once the fleet has started, the
 // report measured so far is written whatever happens next.
-func run(ctx context.Context, v *viper.Viper) (err error) {
+func run(ctx context.Context, v *viper.Viper) error {
 	if err := checkFleetFlags(v); err != nil {
 		return err
 	}
@@ -60,13 +60,24 @@ func run(ctx context.Context, v *viper.Viper) (err error) {
 	if err != nil {
 		return err
 	}
+	rep, err := runProfile(ctx, v, profile, out)
+	if err == nil && rep.Failed() {
+		return fmt.Errorf("the run failed its SLOs (%s); see %s", failedSLOs(rep), filepath.Join(out, "report.html"))
+	}
+	return err
+}
+
+// runProfile runs one profile end to end into out and returns its report.
+// Once the fleet has started, the report measured so far is written
+// whatever happens next, and returned with the error.
+func runProfile(ctx context.Context, v *viper.Viper, profile *loadprofiles.Profile, out string) (rep *reports.Report, err error) {
 	fmt.Fprintf(os.Stderr, "fleetlet: profile %s, %d nodes; output in %s\n", profile.Name, profile.TotalNodes(), out)
 	s, err := startSession(ctx, v, profile, out)
 	if s != nil {
 		defer func() { err = errors.Join(err, s.close()) }()
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var metrics *reports.Metrics
 	if s.runErr == nil {
@@ -77,17 +88,14 @@ func run(ctx context.Context, v *viper.Viper) (err error) {
 	if ctx.Err() != nil {
 		s.runErr = fmt.Errorf("interrupted (%v); the report holds what was measured until then", s.runErr)
 	}
-	rep := s.report(metrics)
+	rep = s.report(metrics)
 	if err := writeReports(out, rep); err != nil {
-		return errors.Join(s.runErr, err)
+		return rep, errors.Join(s.runErr, err)
 	}
 	fmt.Println()
 	reports.RenderSummary(os.Stdout, rep)
 	fmt.Printf("\nreport: %s (and report.md, report.html)\n", filepath.Join(out, "report.json"))
-	if s.runErr == nil && rep.Failed() {
-		return fmt.Errorf("the run failed its SLOs (%s); see %s", failedSLOs(rep), filepath.Join(out, "report.html"))
-	}
-	return s.runErr
+	return rep, s.runErr
 }
 
 // writeReports writes report.json, report.md and report.html into out.
