@@ -42,6 +42,7 @@ func newRunCommand() *cobra.Command {
 		fs.String("profile", "quickstart", "built-in profile name ("+fmt.Sprint(loadprofiles.BuiltinNames())+") or path to a profile YAML file")
 		fs.String("out", "", "directory for report.json and the control plane's logs (default out/<profile>-<time>)")
 		fs.Duration("ready-timeout", 5*time.Minute, "how long to wait for every node to be Ready")
+		fs.String("sweep", "", "capacity search: run the profile once per step, nodes=N1,N2,... (the first pool's count) or qps=Q1,Q2,... (every create phase), until a step fails its SLOs; writes sweep.json with the largest passing step")
 	})
 	return cmd
 }
@@ -59,6 +60,13 @@ func run(ctx context.Context, v *viper.Viper) error {
 	out, err := outputDir(v.GetString("out"), profile.Name)
 	if err != nil {
 		return err
+	}
+	if spec := v.GetString("sweep"); spec != "" {
+		sw, err := parseSweep(spec)
+		if err != nil {
+			return err
+		}
+		return runSweep(ctx, v, sw, out)
 	}
 	rep, err := runProfile(ctx, v, profile, out)
 	if err == nil && rep.Failed() {
