@@ -31,6 +31,7 @@ import (
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
+	"github.com/fleetlet/fleetlet/nodeagent/admission"
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
 	"github.com/fleetlet/fleetlet/nodeagent/nodestatus"
 	"github.com/fleetlet/fleetlet/nodeagent/pleg"
@@ -76,11 +77,16 @@ type Agent struct {
 	pleg        *pleg.Generic
 	probes      *prober.Manager
 	workers     *podworkers.PodWorkers
+	events      record.EventRecorder
 	nodeLister  cache.Indexer
 
 	mu      sync.Mutex
 	pods    map[types.UID]*corev1.Pod
 	podCIDR string
+	// admitted and rejected are the kubelet's admission decisions, kept
+	// until the pod is gone from the API server.
+	admitted map[types.UID]bool
+	rejected map[types.UID]bool
 }
 
 // New validates cfg and returns an Agent ready to Run.
@@ -89,7 +95,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, pods: map[types.UID]*corev1.Pod{}}, nil
+	return &Agent{cfg: cfg, pods: map[types.UID]*corev1.Pod{}, admitted: map[types.UID]bool{}, rejected: map[types.UID]bool{}}, nil
 }
 
 // Name is the agent's node name.
@@ -114,6 +120,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	events := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.NodeName})
+	a.events = events
 
 	a.runtime = kuberuntime.NewManager(kuberuntime.Config{
 		Runtime: cfg.Runtime, Images: cfg.Images, Events: events, Recorder: cfg.Recorder, Clock: cfg.Clock,
@@ -276,11 +283,22 @@ func (a *Agent) newPodInformer() cache.SharedIndexInformer {
 			a.cfg.Recorder.Mark(pod.UID, reports.Scheduled, now)
 			a.cfg.Recorder.Mark(pod.UID, reports.AgentObserved, now)
 			a.setPod(pod)
+			if pod.DeletionTimestamp == nil && !a.admit(pod) {
+				return
+			}
 			a.workers.UpdatePod(pod)
 		},
 		UpdateFunc: func(oldObj, obj any) {
 			pod := obj.(*corev1.Pod)
 			a.setPod(pod)
+			if a.isRejected(pod.UID) {
+				// A rejected pod never ran: once it is deleted, the status
+				// manager deletes it for good.
+				if pod.DeletionTimestamp != nil {
+					a.statuses.TerminatePod(pod.UID)
+				}
+				return
+			}
 			// Like the kubelet's pod config, only a change of what the pod
 			// asks for is an update: the echo of our own status patches is not.
 			if !podsDifferSemantically(oldObj.(*corev1.Pod), pod) {
@@ -306,6 +324,8 @@ func (a *Agent) newPodInformer() cache.SharedIndexInformer {
 			}
 			a.mu.Lock()
 			delete(a.pods, pod.UID)
+			delete(a.admitted, pod.UID)
+			delete(a.rejected, pod.UID)
 			a.mu.Unlock()
 			a.workers.KillPod(pod)
 			a.workers.Forget(pod.UID)
@@ -314,6 +334,54 @@ func (a *Agent) newPodInformer() cache.SharedIndexInformer {
 		},
 	})
 	return inf
+}
+
+// admit runs the kubelet's admission for a newly seen pod against the pods
+// admitted before it that are still active. A rejected pod fails at once,
+// with the kubelet's reason, message and event, and is never started.
+func (a *Agent) admit(pod *corev1.Pod) bool {
+	node, err := a.getNode()
+	if err != nil {
+		// The node informer is synced before pods are watched; without a
+		// node there is nothing to judge against, as for the kubelet.
+		a.markAdmitted(pod.UID)
+		return true
+	}
+	a.mu.Lock()
+	var active []*corev1.Pod
+	for uid := range a.admitted {
+		if p := a.pods[uid]; p != nil && !a.workers.IsTerminated(uid) {
+			active = append(active, p)
+		}
+	}
+	a.mu.Unlock()
+	r := admission.Admit(pod, node, active)
+	if r.Admit {
+		a.markAdmitted(pod.UID)
+		return true
+	}
+	a.mu.Lock()
+	a.rejected[pod.UID] = true
+	a.mu.Unlock()
+	a.events.Event(pod, corev1.EventTypeWarning, r.Reason, r.Message)
+	a.statuses.SetPodStatus(pod, corev1.PodStatus{
+		QOSClass: pod.Status.QOSClass, Phase: corev1.PodFailed,
+		Reason: r.Reason, Message: "Pod was rejected: " + r.Message,
+	})
+	a.statuses.TerminatePod(pod.UID)
+	return false
+}
+
+func (a *Agent) markAdmitted(uid types.UID) {
+	a.mu.Lock()
+	a.admitted[uid] = true
+	a.mu.Unlock()
+}
+
+func (a *Agent) isRejected(uid types.UID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.rejected[uid]
 }
 
 // podsDifferSemantically mirrors the kubelet's check of the same name: the

@@ -202,11 +202,16 @@ func TestAgentRunsAndDeletesPod(t *testing.T) {
 	if len(cs) != 1 || cs[0].State.Running == nil || cs[0].ContainerID == "" || cs[0].ImageID == "" {
 		t.Fatalf("container statuses = %+v", cs)
 	}
-	for _, m := range []reports.Milestone{reports.AgentObserved, reports.SandboxReady, reports.ImagesPulled, reports.ContainersStarted, reports.RunningReported, reports.ReadyReported} {
-		if !h.marks.has(pod.UID, m) {
-			t.Errorf("milestone %s not stamped", m)
+	// The status manager stamps a report once its patch returns, which the
+	// fake client may show the test first.
+	h.eventually(t, "every agent milestone is stamped", func() bool {
+		for _, m := range []reports.Milestone{reports.AgentObserved, reports.SandboxReady, reports.ImagesPulled, reports.ContainersStarted, reports.RunningReported, reports.ReadyReported} {
+			if !h.marks.has(pod.UID, m) {
+				return false
+			}
 		}
-	}
+		return true
+	})
 
 	// A graceful delete: the API server sets the deletion timestamp and
 	// waits for the kubelet to stop the containers and delete with grace 0.
@@ -249,4 +254,38 @@ func podCondition(pod *corev1.Pod, t corev1.PodConditionType) corev1.ConditionSt
 		}
 	}
 	return ""
+}
+
+func TestAgentRejectsPodThatDoesNotFit(t *testing.T) {
+	h := startAgent(t)
+	ctx := context.Background()
+	h.eventually(t, "the node is Ready", func() bool {
+		node := h.node(t)
+		return node != nil && nodeCondition(node, corev1.NodeReady) == corev1.ConditionTrue
+	})
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "huge", Namespace: "default", UID: "uid-huge"},
+		Spec: corev1.PodSpec{
+			NodeName: "n1",
+			Containers: []corev1.Container{{Name: "app", Image: "busybox", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16")},
+			}}},
+		},
+	}
+	if _, err := h.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *corev1.Pod
+	h.eventually(t, "the pod is rejected", func() bool {
+		p, err := h.client.CoreV1().Pods("default").Get(ctx, "huge", metav1.GetOptions{})
+		got = p
+		return err == nil && p.Status.Phase == corev1.PodFailed
+	})
+	want := "Pod was rejected: Node didn't have enough resource: cpu, requested: 16000, used: 0, capacity: 8000"
+	if got.Status.Reason != "OutOfcpu" || got.Status.Message != want {
+		t.Errorf("status %q %q, want OutOfcpu %q", got.Status.Reason, got.Status.Message, want)
+	}
+	if sandboxes, _ := h.runtime.ListPodSandbox(ctx, nil); len(sandboxes) != 0 {
+		t.Errorf("a rejected pod got %d sandboxes", len(sandboxes))
+	}
 }
