@@ -289,3 +289,41 @@ func TestAgentRejectsPodThatDoesNotFit(t *testing.T) {
 		t.Errorf("a rejected pod got %d sandboxes", len(sandboxes))
 	}
 }
+
+func TestAgentEnforcesActiveDeadline(t *testing.T) {
+	h := startAgent(t)
+	ctx := context.Background()
+	h.eventually(t, "the node is registered", func() bool { return h.node(t) != nil })
+	node := h.node(t)
+	node.Spec.PodCIDR = "10.64.3.0/24"
+	if _, err := h.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := int64(30)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "default", UID: "uid-job"},
+		Spec: corev1.PodSpec{
+			NodeName: "n1", RestartPolicy: corev1.RestartPolicyNever, ActiveDeadlineSeconds: &deadline,
+			Containers: []corev1.Container{{Name: "app", Image: "busybox"}},
+		},
+	}
+	if _, err := h.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *corev1.Pod
+	h.eventually(t, "the pod fails past its deadline", func() bool {
+		p, err := h.client.CoreV1().Pods("default").Get(ctx, "job", metav1.GetOptions{})
+		got = p
+		return err == nil && p.Status.Phase == corev1.PodFailed
+	})
+	if got.Status.Reason != "DeadlineExceeded" {
+		t.Errorf("reason %q, want DeadlineExceeded", got.Status.Reason)
+	}
+	if got.Status.StartTime == nil || h.clock.Since(got.Status.StartTime.Time) < 30*time.Second {
+		t.Errorf("failed before its deadline: started %v, now %v", got.Status.StartTime, h.clock.Now())
+	}
+	h.eventually(t, "its containers are stopped", func() bool {
+		containers, _ := h.runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
+		return len(containers) == 0
+	})
+}

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -24,7 +25,36 @@ func (a *Agent) SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, er
 	if phase := a.setStatus(pod, rs, false); phase == corev1.PodSucceeded || phase == corev1.PodFailed {
 		return true, nil
 	}
+	if a.pastActiveDeadline(pod) {
+		return true, nil
+	}
 	return false, a.runtime.SyncPod(ctx, pod, rs, a.probes)
+}
+
+// The kubelet's active deadline handler's reason and message.
+const (
+	reasonDeadlineExceeded  = "DeadlineExceeded"
+	messageDeadlineExceeded = "Pod was active on the node longer than the specified deadline"
+)
+
+// pastActiveDeadline fails the pod once it has been active longer than its
+// activeDeadlineSeconds, counted from its startTime, as the kubelet's
+// activeDeadlineHandler does; before that, it asks for a sync at the deadline.
+func (a *Agent) pastActiveDeadline(pod *corev1.Pod) bool {
+	prev, _ := a.statuses.Status(pod.UID)
+	if pod.Spec.ActiveDeadlineSeconds == nil || prev.StartTime == nil {
+		return false
+	}
+	deadline := prev.StartTime.Add(time.Duration(*pod.Spec.ActiveDeadlineSeconds) * time.Second)
+	if a.cfg.Clock.Now().Before(deadline) {
+		a.workers.SyncAt(pod.UID, deadline)
+		return false
+	}
+	a.events.Event(pod, corev1.EventTypeWarning, reasonDeadlineExceeded, messageDeadlineExceeded)
+	st := *prev.DeepCopy()
+	st.Phase, st.Reason, st.Message = corev1.PodFailed, reasonDeadlineExceeded, messageDeadlineExceeded
+	a.statuses.SetPodStatus(pod, st)
+	return true
 }
 
 // SyncTerminatingPod stops the pod's containers within the grace period and
@@ -76,7 +106,7 @@ func (a *Agent) setStatus(pod *corev1.Pod, rs *kuberuntime.PodStatus, terminal b
 		Terminal: terminal && prev.Phase != corev1.PodSucceeded && prev.Phase != corev1.PodFailed,
 	})
 	if terminal && (prev.Phase == corev1.PodSucceeded || prev.Phase == corev1.PodFailed) {
-		st.Phase = prev.Phase
+		st.Phase, st.Reason, st.Message = prev.Phase, prev.Reason, prev.Message
 	}
 	a.statuses.SetPodStatus(pod, st)
 	return st.Phase

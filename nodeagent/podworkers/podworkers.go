@@ -136,6 +136,17 @@ func (p *PodWorkers) IsTerminated(uid types.UID) bool {
 	return ok && w.state == terminated
 }
 
+// SyncAt asks for another sync of the pod at the given time, for work that
+// is due then, such as an active deadline.
+func (p *PodWorkers) SyncAt(uid types.UID, at time.Time) {
+	p.mu.Lock()
+	w, ok := p.workers[uid]
+	p.mu.Unlock()
+	if ok {
+		p.retryAfter(w, max(at.Sub(p.clock.Now()), 0))
+	}
+}
+
 // Wait blocks until every worker goroutine has returned (after ctx ends).
 func (p *PodWorkers) Wait() { p.wg.Wait() }
 
