@@ -212,20 +212,30 @@ func (a *Agent) syncLoop(ctx context.Context) {
 	}
 }
 
-func (a *Agent) newNodeInformer() cache.SharedIndexInformer {
-	nodes := a.cfg.Client.CoreV1().Nodes()
-	selector := fields.OneTermEqualSelector(metav1.ObjectNameField, a.cfg.NodeName).String()
+// newInformer is an informer of the objects selector picks, with no resync.
+// The ListWatch carries the client, so that clients without watch-list
+// streaming (the fake clientset in tests) fall back to list and watch.
+func (a *Agent) newInformer(selector fields.Selector, obj runtime.Object,
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.SharedIndexInformer {
+	sel := selector.String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return nodes.List(ctx, o)
+			o.FieldSelector = sel
+			return list(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return nodes.Watch(ctx, o)
+			o.FieldSelector = sel
+			return watchFn(ctx, o)
 		},
 	}
-	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, a.cfg.Client), &corev1.Node{}, 0, cache.Indexers{})
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, a.cfg.Client), obj, 0, cache.Indexers{})
+}
+
+func (a *Agent) newNodeInformer() cache.SharedIndexInformer {
+	nodes := a.cfg.Client.CoreV1().Nodes()
+	inf := a.newInformer(fields.OneTermEqualSelector(metav1.ObjectNameField, a.cfg.NodeName), &corev1.Node{},
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return nodes.List(ctx, o) }, nodes.Watch)
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { a.onNode(obj.(*corev1.Node)) },
 		UpdateFunc: func(_, obj any) { a.onNode(obj.(*corev1.Node)) },
@@ -261,18 +271,8 @@ func (a *Agent) onNode(node *corev1.Node) {
 func (a *Agent) newPodInformer() cache.SharedIndexInformer {
 	// The kubelet's pod source: every pod bound to this node, in any namespace.
 	pods := a.cfg.Client.CoreV1().Pods(metav1.NamespaceAll)
-	selector := fields.OneTermEqualSelector("spec.nodeName", a.cfg.NodeName).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return pods.Watch(ctx, o)
-		},
-	}
-	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, a.cfg.Client), &corev1.Pod{}, 0, cache.Indexers{})
+	inf := a.newInformer(fields.OneTermEqualSelector("spec.nodeName", a.cfg.NodeName), &corev1.Pod{},
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) }, pods.Watch)
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			pod := obj.(*corev1.Pod)

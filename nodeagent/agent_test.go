@@ -111,6 +111,18 @@ func (h *harness) eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// allocatePodCIDR plays the controller-manager's node IPAM once the node is
+// registered; the agent hands the CIDR to its runtime.
+func (h *harness) allocatePodCIDR(t *testing.T) {
+	t.Helper()
+	h.eventually(t, "the node is registered", func() bool { return h.node(t) != nil })
+	node := h.node(t)
+	node.Spec.PodCIDR = "10.64.3.0/24"
+	if _, err := h.client.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (h *harness) node(t *testing.T) *corev1.Node {
 	node, err := h.client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
 	if err != nil {
@@ -165,12 +177,7 @@ func TestAgentRegistersNodeAndHeartbeats(t *testing.T) {
 func TestAgentRunsAndDeletesPod(t *testing.T) {
 	h := startAgent(t)
 	ctx := context.Background()
-	h.eventually(t, "the node is registered", func() bool { return h.node(t) != nil })
-	node := h.node(t)
-	node.Spec.PodCIDR = "10.64.3.0/24"
-	if _, err := h.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	h.allocatePodCIDR(t)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web"},
 		Spec: corev1.PodSpec{
@@ -293,12 +300,7 @@ func TestAgentRejectsPodThatDoesNotFit(t *testing.T) {
 func TestAgentEnforcesActiveDeadline(t *testing.T) {
 	h := startAgent(t)
 	ctx := context.Background()
-	h.eventually(t, "the node is registered", func() bool { return h.node(t) != nil })
-	node := h.node(t)
-	node.Spec.PodCIDR = "10.64.3.0/24"
-	if _, err := h.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	h.allocatePodCIDR(t)
 	deadline := int64(30)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "default", UID: "uid-job"},

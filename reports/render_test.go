@@ -221,24 +221,3 @@ func attr(n *html.Node, key string) string {
 	return ""
 }
 
-// TestWriteRenderedSample writes the sample report's Markdown and HTML to
-// $FLEETLET_SAMPLE_DIR, to look at them in a browser; skipped otherwise.
-func TestWriteRenderedSample(t *testing.T) {
-	dir := os.Getenv("FLEETLET_SAMPLE_DIR")
-	if dir == "" {
-		t.Skip("set FLEETLET_SAMPLE_DIR to write the sample report there")
-	}
-	r := sampleReport()
-	for name, render := range map[string]func(io.Writer, *Report) error{"report.md": RenderMarkdown, "report.html": RenderHTML} {
-		var buf bytes.Buffer
-		if err := render(&buf, r); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := WriteJSON(filepath.Join(dir, "report.json"), r); err != nil {
-		t.Fatal(err)
-	}
-}

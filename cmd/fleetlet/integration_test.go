@@ -36,6 +36,39 @@ func binDir(t *testing.T) string {
 	return dir
 }
 
+// startTestSession loads a built-in profile, keeps only the phases keep
+// accepts (the tests delete pods themselves, to look at them first), and
+// starts its control plane and fleet; the session closes with the test.
+func startTestSession(ctx context.Context, t *testing.T, name string, keep func(loadprofiles.Phase) bool) *session {
+	t.Helper()
+	profile, err := loadprofiles.Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var phases []loadprofiles.Phase
+	for _, ph := range profile.Phases {
+		if keep(ph) {
+			phases = append(phases, ph)
+		}
+	}
+	profile.Phases = phases
+	s, err := startSession(ctx, testSettings(t, criInProc), profile, t.TempDir())
+	if s != nil {
+		t.Cleanup(func() {
+			if err := s.close(); err != nil {
+				t.Errorf("closing the session: %v", err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.runErr != nil {
+		t.Fatal(s.runErr)
+	}
+	return s
+}
+
 func testSettings(t *testing.T, cri string) *viper.Viper {
 	v := viper.New()
 	v.Set("bin-dir", binDir(t))
@@ -66,35 +99,8 @@ func condition(conds []corev1.PodCondition, t corev1.PodConditionType) corev1.Co
 func TestFleetAgainstRealControlPlane(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	profile, err := loadprofiles.Load("smoke")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Stop after the pods run: the test deletes them itself, so it can look
-	// at the running cluster first.
-	var phases []loadprofiles.Phase
-	for _, ph := range profile.Phases {
-		if ph.Create != nil || ph.WaitRunning != nil {
-			phases = append(phases, ph)
-		}
-	}
-	profile.Phases = phases
 	const nodes, pods = 20, 200
-
-	s, err := startSession(ctx, testSettings(t, criInProc), profile, t.TempDir())
-	if s != nil {
-		defer func() {
-			if err := s.close(); err != nil {
-				t.Errorf("closing the session: %v", err)
-			}
-		}()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.runErr != nil {
-		t.Fatal(s.runErr)
-	}
+	s := startTestSession(ctx, t, "smoke", func(ph loadprofiles.Phase) bool { return ph.Create != nil || ph.WaitRunning != nil })
 	if err := s.drive(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -89,33 +89,7 @@ func kubeletEvents(ctx context.Context, t *testing.T, client kubernetes.Interfac
 func TestLifecycleProfile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	profile, err := loadprofiles.Load("lifecycle")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Observe, then delete from the test so the pods can be inspected first.
-	var phases []loadprofiles.Phase
-	for _, ph := range profile.Phases {
-		if ph.Create != nil || ph.Sleep != nil {
-			phases = append(phases, ph)
-		}
-	}
-	profile.Phases = phases
-
-	s, err := startSession(ctx, testSettings(t, criInProc), profile, t.TempDir())
-	if s != nil {
-		defer func() {
-			if err := s.close(); err != nil {
-				t.Errorf("closing the session: %v", err)
-			}
-		}()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.runErr != nil {
-		t.Fatal(s.runErr)
-	}
+	s := startTestSession(ctx, t, "lifecycle", func(ph loadprofiles.Phase) bool { return ph.Create != nil || ph.Sleep != nil })
 	client := s.client
 	tl := &timeline{start: time.Now(), last: map[string]string{}, entries: map[string][]string{}}
 	sampleCtx, stopSampling := context.WithCancel(ctx)
