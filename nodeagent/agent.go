@@ -98,9 +98,6 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{cfg: cfg, pods: map[types.UID]*corev1.Pod{}, admitted: map[types.UID]bool{}, rejected: map[types.UID]bool{}}, nil
 }
 
-// Name is the agent's node name.
-func (a *Agent) Name() string { return a.cfg.NodeName }
-
 // Run registers the node and runs every loop until ctx ends. It returns an
 // error only if the agent could not start; once started, failures are retried
 // as the kubelet retries them.
