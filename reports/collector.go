@@ -75,10 +75,12 @@ func newCollector(shards int) *Collector {
 	return c
 }
 
-// Mark implements Recorder. Only the first stamp of m for a pod is kept, so
-// retries and resyncs do not move it. An unknown milestone or a zero time is a
-// programming error in the caller; it is dropped rather than allowed to panic
-// an agent or to poison every phase of the pod.
+// Mark implements Recorder. Only the earliest stamp of m for a pod is kept,
+// so retries and resyncs do not move it, and when two observers stamp the
+// same milestone (the driver's and the agent's watch both see Scheduled) the
+// one that saw it first wins whichever called first. An unknown milestone or
+// a zero time is a programming error in the caller; it is dropped rather than
+// allowed to panic an agent or to poison every phase of the pod.
 func (c *Collector) Mark(pod types.UID, m Milestone, at time.Time) {
 	if m < 0 || m >= numMilestones || at.IsZero() {
 		return
@@ -93,10 +95,13 @@ func (c *Collector) Mark(pod types.UID, m Milestone, at time.Time) {
 		p = new(podStamps)
 		s.pods[pod] = p
 	}
-	if p.set&bit == 0 {
+	switch {
+	case p.set&bit == 0:
 		p.set |= bit
 		p.at[m] = offset
 		s.counts[m]++
+	case offset < p.at[m]:
+		p.at[m] = offset
 	}
 	s.mu.Unlock()
 }

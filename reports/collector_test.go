@@ -46,6 +46,26 @@ func TestCollectorFirstStampWins(t *testing.T) {
 	}
 }
 
+// TestCollectorEarliestObserverWins: two watches see the same binding; the
+// one that saw it later may call Mark first, and must not win.
+func TestCollectorEarliestObserverWins(t *testing.T) {
+	c := NewCollector()
+	c.Mark("a", Created, t0)
+	c.Mark("a", Scheduled, t0.Add(30*time.Millisecond)) // the driver's watch, called first
+	c.Mark("a", Scheduled, t0.Add(20*time.Millisecond)) // the agent's, which saw it first
+	c.Mark("a", AgentObserved, t0.Add(20*time.Millisecond))
+	if h := phaseByName(t, c.Phases(DefaultPhases), "create_to_scheduled").Hist; !h.ValuesAreEquivalent(h.Max(), 20000) {
+		got := h.Max()
+		t.Errorf("create_to_scheduled = %d µs, want the earliest observation, 20000 µs", got)
+	}
+	if p := phaseByName(t, c.Phases(DefaultPhases), "scheduled_to_agent_observed"); p.Anomalies != 0 || p.Count != 1 {
+		t.Errorf("scheduled_to_agent_observed: %d pods, %d anomalies; want 1 and none", p.Count, p.Anomalies)
+	}
+	if got := c.Count(Scheduled); got != 1 {
+		t.Errorf("Count(Scheduled) = %d, want 1", got)
+	}
+}
+
 func TestCollectorPhasesNeedBothStamps(t *testing.T) {
 	c := NewCollector()
 	c.Mark("both", Created, t0)

@@ -58,8 +58,9 @@ func (m Milestone) String() string {
 }
 
 // Recorder receives milestones. Implementations must be safe for concurrent
-// use by thousands of agents and keep only the first stamp of a milestone per
-// pod, so that retries and resyncs do not move it. The time must come from the
+// use by thousands of agents and keep only the earliest stamp of a milestone
+// per pod, so that retries and resyncs do not move it and, of two observers,
+// the first to see it counts. The time must come from the
 // caller's clock.Clock: with the real clock it carries Go's monotonic reading,
 // which is what makes in-process differences exact to the nanosecond.
 type Recorder interface {

@@ -220,4 +220,3 @@ func attr(n *html.Node, key string) string {
 	}
 	return ""
 }
-
