@@ -34,10 +34,10 @@ func defaultPhaseName(action string) string {
 }
 
 // Default fills the fields left out: a pool's pods, cpu and memory, phase
-// names, rates and wait timeouts. For those fields zero means "not set", so an
-// explicit zero is defaulted rather than rejected; negative values are left
-// for Validate to report. Counts are never defaulted: a profile must say how
-// many nodes and pods it wants. Fake runtime latencies are not defaulted
+// names, rates, and wait and churn timeouts. For those fields zero means "not
+// set", so an explicit zero is defaulted rather than rejected; negative values
+// are left for Validate to report. Counts are never defaulted: a profile must
+// say how many nodes and pods it wants. Fake runtime latencies are not defaulted
 // either (see RuntimeBehaviour).
 func (p *Profile) Default() {
 	for i := range p.NodePools {
@@ -67,6 +67,11 @@ func (p *Profile) Default() {
 			if w != nil && w.Timeout.Duration == 0 {
 				w.Timeout.Duration = DefaultWaitTimeout
 			}
+		}
+		// A churn's rate is not defaulted: unlike a create's count, nothing
+		// else in the phase says how hard it should push.
+		if c := ph.Churn; c != nil && c.Timeout.Duration == 0 {
+			c.Timeout.Duration = DefaultWaitTimeout
 		}
 	}
 }

@@ -37,9 +37,10 @@ const (
 const DefaultNamespace = "fleetlet-load"
 
 // Driver executes a profile's phases against the API server and stamps the
-// milestones it sees at the source: Created when a create call returns,
+// milestones it sees at the source: Created when a create call is sent,
 // Scheduled and RunningObserved when its watch first sees them, DeleteIssued
-// when a delete call returns, Gone when its watch sees the pod removed.
+// when a delete call is sent (if it succeeds), Gone when its watch sees the
+// pod removed.
 // A Driver may be reused; each Run is independent.
 type Driver struct {
 	Client   kubernetes.Interface
@@ -61,7 +62,8 @@ type Progress struct {
 	// that the watch saw bound, Running, and removed.
 	Created, Scheduled, Running, Gone int
 	// Target is what the current phase works towards: the number of pods
-	// created once a create phase ends, the pods to see Running, deleted or
+	// created once a create or churn phase ends (a churn's QPS × Duration
+	// on top of those created before), the pods to see Running, deleted or
 	// gone; 0 for a sleep.
 	Target int
 }
@@ -166,6 +168,8 @@ func (r *run) runPhase(ctx context.Context, ph *Phase) error {
 		return r.waitGone(ctx, ph.Name, ph.WaitGone.Timeout.Duration)
 	case ph.Sleep != nil:
 		return r.sleep(ctx, ph.Name, ph.Sleep.Duration.Duration)
+	case ph.Churn != nil:
+		return r.churn(ctx, ph.Name, ph.Churn)
 	}
 	return errors.New("phase has no action") // Validate rejects this first
 }
@@ -239,7 +243,7 @@ func (r *run) startWatch(ctx context.Context, bg *sync.WaitGroup) error {
 			return
 		}
 		now := r.clock.Now()
-		scheduled, running := r.pods.observe(pod)
+		scheduled, running := r.pods.observe(pod, now)
 		if scheduled {
 			r.recorder.Mark(pod.UID, reports.Scheduled, now)
 		}
@@ -313,19 +317,7 @@ func (r *run) create(ctx context.Context, phase string, c *CreatePhase) error {
 		}
 		pod := r.podFor(phase, &c.Template)
 		g.Go(func() error {
-			// Stamped when the call is sent: the scheduler can bind the pod
-			// and a watch deliver it before the create response comes back.
-			sent := r.clock.Now()
-			created, err := r.client.CoreV1().Pods(r.namespace).Create(ctx, pod, metav1.CreateOptions{})
-			if err == nil && created.UID == "" {
-				err = fmt.Errorf("the API server returned pod %s/%s without a UID", created.Namespace, created.Name)
-			}
-			if err != nil {
-				failures.add(err)
-				return nil
-			}
-			r.recorder.Mark(created.UID, reports.Created, sent)
-			r.pods.created(created.UID, created.Namespace+"/"+created.Name)
+			r.createPod(ctx, pod, &failures)
 			return nil
 		})
 	}
@@ -333,7 +325,26 @@ func (r *run) create(ctx context.Context, phase string, c *CreatePhase) error {
 	return failures.err("pod creates", c.Count)
 }
 
-// podFor builds one pod of a create phase from its template.
+// createPod sends one create, stamps Created with the time it was sent and
+// records the pod; a failure is counted in failures, and ok is false.
+func (r *run) createPod(ctx context.Context, pod *corev1.Pod, failures *failureCount) (ref podRef, sent time.Time, ok bool) {
+	// Stamped when the call is sent: the scheduler can bind the pod and a
+	// watch deliver it before the create response comes back.
+	sent = r.clock.Now()
+	created, err := r.client.CoreV1().Pods(r.namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err == nil && created.UID == "" {
+		err = fmt.Errorf("the API server returned pod %s/%s without a UID", created.Namespace, created.Name)
+	}
+	if err != nil {
+		failures.add(err)
+		return podRef{}, sent, false
+	}
+	r.recorder.Mark(created.UID, reports.Created, sent)
+	r.pods.created(created.UID, created.Namespace+"/"+created.Name)
+	return podRef{uid: created.UID, namespace: created.Namespace, name: created.Name}, sent, true
+}
+
+// podFor builds one pod of a create or churn phase from its template.
 func (r *run) podFor(phase string, t *corev1.PodTemplateSpec) *corev1.Pod {
 	meta := *t.ObjectMeta.DeepCopy()
 	meta.Name, meta.Namespace = "", r.namespace
@@ -361,26 +372,36 @@ func (r *run) delete(ctx context.Context, phase string, qps float64) error {
 			break
 		}
 		g.Go(func() error {
-			// The UID precondition makes sure a pod of the same name made by
-			// someone else since is left alone.
-			sent := r.clock.Now()
-			err := r.client.CoreV1().Pods(ref.namespace).Delete(ctx, ref.name, metav1.DeleteOptions{
-				Preconditions: &metav1.Preconditions{UID: &ref.uid},
-			})
-			switch {
-			case err == nil:
-				r.recorder.Mark(ref.uid, reports.DeleteIssued, sent)
-				r.pods.deleting(ref.uid, false)
-			case apierrors.IsNotFound(err):
-				r.pods.deleting(ref.uid, true)
-			default:
-				failures.add(fmt.Errorf("deleting %s/%s: %w", ref.namespace, ref.name, err))
-			}
+			r.deletePod(ctx, ref, &failures)
 			return nil
 		})
 	}
 	_ = g.Wait()
 	return failures.err("pod deletes", len(refs))
+}
+
+// deletePod sends one delete and stamps DeleteIssued with the time it was
+// sent. ok is true when the pod is deleted or was already gone (NotFound,
+// which counts as gone); a failure is counted in failures.
+func (r *run) deletePod(ctx context.Context, ref podRef, failures *failureCount) (ok bool) {
+	// The UID precondition makes sure a pod of the same name made by
+	// someone else since is left alone.
+	sent := r.clock.Now()
+	err := r.client.CoreV1().Pods(ref.namespace).Delete(ctx, ref.name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &ref.uid},
+	})
+	switch {
+	case err == nil:
+		r.recorder.Mark(ref.uid, reports.DeleteIssued, sent)
+		r.pods.deleting(ref.uid, false)
+		return true
+	case apierrors.IsNotFound(err):
+		r.pods.deleting(ref.uid, true)
+		return true
+	default:
+		failures.add(fmt.Errorf("deleting %s/%s: %w", ref.namespace, ref.name, err))
+		return false
+	}
 }
 
 // waitRunning blocks until the watch has seen every created pod Running.

@@ -363,7 +363,7 @@ func TestStragglersNamesAFew(t *testing.T) {
 			pod.DeletionTimestamp = &metav1.Time{}
 		}
 		if i != 2 {
-			tr.observe(pod)
+			tr.observe(pod, time.Time{})
 		}
 	}
 	err := tr.stragglers("Running", time.Minute,
@@ -397,6 +397,7 @@ func TestDriverCancel(t *testing.T) {
 		phase string
 		p     func(t *testing.T) *Profile
 		clock *testingclock.FakeClock // nil: the real clock
+		nodes bool                    // play the scheduler and kubelets
 		ready func(api *fakeAPI, rec *recorder, clk *testingclock.FakeClock) bool
 	}{{
 		name:  "while waiting for Running",
@@ -429,11 +430,31 @@ func TestDriverCancel(t *testing.T) {
 		clock: testingclock.NewFakeClock(time.Now()),
 		// The sleep's timer and the progress timer.
 		ready: func(_ *fakeAPI, _ *recorder, clk *testingclock.FakeClock) bool { return clk.Waiters() == 2 },
+	}, {
+		name:  "while churning",
+		phase: "churn",
+		p: func(t *testing.T) *Profile {
+			return profile(t, churnPhase(0.001, time.Hour, time.Hour, time.Hour))
+		},
+		ready: func(api *fakeAPI, _ *recorder, _ *testingclock.FakeClock) bool { return api.creates.Load() == 1 },
+	}, {
+		name:  "while a churned pod lives out its lifetime",
+		phase: "churn",
+		p: func(t *testing.T) *Profile {
+			return profile(t, churnPhase(1000, time.Millisecond, time.Hour, time.Hour))
+		},
+		nodes: true,
+		ready: func(_ *fakeAPI, rec *recorder, _ *testingclock.FakeClock) bool {
+			return rec.count(reports.RunningObserved) == 1
+		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := testContext(t)
 			defer cancel()
 			api := newFakeAPI(t, nil)
+			if tc.nodes {
+				playNodes(ctx, t, api, nil)
+			}
 			rec := newRecorder()
 			var progress atomic.Int64
 			d := &Driver{Client: api, Recorder: rec, Progress: func(Progress) { progress.Add(1) }}
@@ -539,8 +560,8 @@ func TestClockLimiter(t *testing.T) {
 func TestTrackerDeletesWhatTheWatchSaw(t *testing.T) {
 	tr := newTracker()
 	tr.created("a", "ns/a")
-	tr.observe(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "b", Namespace: "ns", Name: "b"}})
-	tr.observe(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "a", Namespace: "ns", Name: "a"}})
+	tr.observe(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "b", Namespace: "ns", Name: "b"}}, time.Time{})
+	tr.observe(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "a", Namespace: "ns", Name: "a"}}, time.Time{})
 	if p := tr.progress(); p.Created != 1 {
 		t.Errorf("created = %d, want 1", p.Created)
 	}

@@ -2,6 +2,7 @@ package loadprofiles
 
 import (
 	"context"
+	"time"
 
 	"golang.org/x/time/rate"
 	"k8s.io/utils/clock"
@@ -28,11 +29,10 @@ func (l *clockLimiter) Wait(ctx context.Context) error {
 	}
 	now := l.clock.Now()
 	reservation := l.bucket.ReserveN(now, 1) // burst 1, n 1: always OK
-	delay := reservation.DelayFrom(now)
-	if delay <= 0 {
+	timer := timerAt(l.clock, now.Add(reservation.DelayFrom(now)))
+	if timer == nil {
 		return nil
 	}
-	timer := l.clock.NewTimer(delay)
 	defer timer.Stop()
 	select {
 	case <-timer.C():
@@ -40,5 +40,31 @@ func (l *clockLimiter) Wait(ctx context.Context) error {
 	case <-ctx.Done():
 		reservation.CancelAt(l.clock.Now())
 		return ctx.Err()
+	}
+}
+
+// timerSlack is how far the clock may move while timerAt makes a timer
+// before the timer counts as late and is made again.
+const timerSlack = 100 * time.Microsecond
+
+// timerAt returns a timer that fires when clk reaches at, or nil if it has.
+//
+// clock.Clock takes a duration, which must be computed from a reading of the
+// clock taken before the timer exists: if the clock moves on in between (the
+// goroutine is descheduled on a busy machine, or a test steps a fake clock),
+// the timer fires late by as much. So the clock is read again once the timer
+// exists, and a timer that would be late is made again. This keeps due times
+// exact, which the driver's tests check to the nanosecond.
+func timerAt(clk clock.Clock, at time.Time) clock.Timer {
+	for {
+		before := clk.Now()
+		if !at.After(before) {
+			return nil
+		}
+		timer := clk.NewTimer(at.Sub(before))
+		if clk.Since(before) <= timerSlack {
+			return timer
+		}
+		timer.Stop()
 	}
 }

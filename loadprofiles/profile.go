@@ -68,6 +68,7 @@ type Phase struct {
 	Delete      *DeletePhase `json:"delete,omitempty"`
 	WaitGone    *WaitPhase   `json:"waitGone,omitempty"`
 	Sleep       *SleepPhase  `json:"sleep,omitempty"`
+	Churn       *ChurnPhase  `json:"churn,omitempty"`
 }
 
 // CreatePhase creates Count pods from Template at QPS pods per second.
@@ -95,6 +96,44 @@ type DeletePhase struct {
 // SleepPhase waits for Duration, to let the fleet settle or idle.
 type SleepPhase struct {
 	Duration metav1.Duration `json:"duration"`
+}
+
+// ChurnPhase is steady create-and-delete load, the shape of clusterloader2's
+// and kube-burner's churn: for Duration it creates pods from Template at QPS
+// per second, and deletes each one Lifetime after the driver's watch sees it
+// Running, so that about QPS × Lifetime of them run at any time and the API
+// server, the scheduler and the agents see creates, deletes and terminations
+// side by side.
+//
+// Lifetime counts from Running rather than from the create so that a slow
+// start does not shorten the time a pod runs, and so that a zero Lifetime
+// means "delete as soon as it runs" rather than "delete before it can run".
+// A pod the watch has not seen Running Timeout after its create never ran: it
+// is deleted then and the phase fails, saying how many.
+//
+// When Duration is over the phase stops creating and goes on deleting pods as
+// their lifetimes end, as a steady load would, rather than all at once, which
+// would add a burst the profile did not ask for. It then waits until every pod
+// it deleted is gone, for at most Lifetime + Timeout after the last create,
+// and fails naming the pods that are not. Churned pods are stamped like
+// created and deleted ones, so every phase histogram and SLI includes them;
+// a later delete phase deletes only what the churn could not.
+type ChurnPhase struct {
+	// QPS is pod creations per second; required. The first create is sent
+	// at once and one every 1/QPS after, so the phase makes ⌈QPS × Duration⌉
+	// pods when the API server keeps up, and fewer when it does not.
+	QPS float64 `json:"qps"`
+	// Duration is how long the phase keeps creating; required.
+	Duration metav1.Duration `json:"duration"`
+	// Lifetime is how long each pod lives once it is seen Running; 0
+	// deletes it as soon as it is.
+	Lifetime metav1.Duration `json:"lifetime"`
+	// Timeout is how long a pod may take to be seen Running after its
+	// create, and, added to Lifetime, how long the phase waits after its
+	// last create for its pods to be gone. Default DefaultWaitTimeout.
+	Timeout metav1.Duration `json:"timeout,omitempty"`
+	// Template is the pod to stamp out, as in CreatePhase.
+	Template corev1.PodTemplateSpec `json:"template"`
 }
 
 // TotalNodes is the number of nodes over all pools.
@@ -133,6 +172,9 @@ func (ph *Phase) actions() []string {
 	}
 	if ph.Sleep != nil {
 		names = append(names, "sleep")
+	}
+	if ph.Churn != nil {
+		names = append(names, "churn")
 	}
 	return names
 }

@@ -36,6 +36,11 @@ phases:
   - delete: {}
   - waitGone: {}
   - sleep: {duration: 1s}
+  - churn:
+      qps: 4
+      duration: 30s
+      lifetime: 10s
+      template: {spec: {containers: [{name: churner, image: registry.k8s.io/pause:3.10}]}}
 `
 
 func TestParseValid(t *testing.T) {
@@ -54,7 +59,7 @@ func TestParseValid(t *testing.T) {
 	for _, ph := range p.Phases {
 		names = append(names, ph.Name)
 	}
-	if got, want := strings.Join(names, ","), "create,wait-running,delete,wait-gone,sleep"; got != want {
+	if got, want := strings.Join(names, ","), "create,wait-running,delete,wait-gone,sleep,churn"; got != want {
 		t.Errorf("phase names = %s, want %s", got, want)
 	}
 	if got := p.Phases[2].Delete.QPS; got != DefaultQPS {
@@ -65,6 +70,16 @@ func TestParseValid(t *testing.T) {
 	}
 	if got := p.Phases[3].WaitGone.Timeout.Duration; got != DefaultWaitTimeout {
 		t.Errorf("waitGone timeout = %v, want the default %v", got, DefaultWaitTimeout)
+	}
+	churn := p.Phases[5].Churn
+	if churn.QPS != 4 || churn.Duration.Duration != 30*time.Second || churn.Lifetime.Duration != 10*time.Second {
+		t.Errorf("churn = %v/s for %v, lifetime %v", churn.QPS, churn.Duration.Duration, churn.Lifetime.Duration)
+	}
+	if got := churn.Timeout.Duration; got != DefaultWaitTimeout {
+		t.Errorf("churn timeout = %v, want the default %v", got, DefaultWaitTimeout)
+	}
+	if got := churn.Template.Spec.Containers[0].Name; got != "churner" {
+		t.Errorf("churn template container = %q", got)
 	}
 	if got := p.Runtime.PullLatency.Duration; got != 200*time.Millisecond {
 		t.Errorf("pullLatency = %v", got)
@@ -126,7 +141,43 @@ func TestParseErrors(t *testing.T) {
 	}, {
 		name: "no action in a phase",
 		old:  "  - delete: {}", new: "  - name: nothing",
-		want: `profile test.yaml: phases[2]: Required value: a phase needs one action: create, waitRunning, delete, waitGone or sleep`,
+		want: `profile test.yaml: phases[2]: Required value: a phase needs one action: create, waitRunning, delete, waitGone, sleep or churn`,
+	}, {
+		name: "unknown field in a churn",
+		old:  "lifetime: 10s", new: "lifetme: 10s",
+		want: `profile test.yaml: unknown field "phases[5].churn.lifetme"`,
+	}, {
+		name: "churn without a rate: it is not defaulted",
+		old:  "      qps: 4\n", new: "",
+		want: `profile test.yaml: phases[5].churn.qps: Invalid value: 0: must be greater than zero`,
+	}, {
+		name: "churn with a zero rate",
+		old:  "qps: 4", new: "qps: 0",
+		want: `profile test.yaml: phases[5].churn.qps: Invalid value: 0: must be greater than zero`,
+	}, {
+		name: "churn without a duration",
+		old:  "      duration: 30s\n", new: "",
+		want: `profile test.yaml: phases[5].churn.duration: Invalid value: "0s": must be greater than zero`,
+	}, {
+		name: "churn with a negative lifetime",
+		old:  "lifetime: 10s", new: "lifetime: -10s",
+		want: `profile test.yaml: phases[5].churn.lifetime: Invalid value: "-10s": must not be negative`,
+	}, {
+		name: "churn with a negative timeout",
+		old:  "lifetime: 10s", new: "lifetime: 10s\n      timeout: -1s",
+		want: `profile test.yaml: phases[5].churn.timeout: Invalid value: "-1s": must not be negative`,
+	}, {
+		name: "churn template names its namespace",
+		old:  "template: {spec:", new: "template: {metadata: {namespace: x}, spec:",
+		want: `profile test.yaml: phases[5].churn.template.metadata.namespace: Forbidden: the driver creates pods in its own namespace`,
+	}, {
+		name: "churn template without containers",
+		old:  "{containers: [{name: churner, image: registry.k8s.io/pause:3.10}]}", new: "{}",
+		want: `profile test.yaml: phases[5].churn.template.spec.containers: Required value: a pod needs at least one container`,
+	}, {
+		name: "churn and sleep in one phase",
+		old:  "  - churn:", new: "  - sleep: {duration: 1s}\n    churn:",
+		want: `profile test.yaml: phases[5].churn: Forbidden: a phase has exactly one action, and this one already has sleep`,
 	}, {
 		name: "no containers",
 		old:  "          containers:\n            - name: app\n              image: registry.k8s.io/pause:3.10\n              resources: {requests: {cpu: 10m, memory: 16Mi}}\n",
@@ -215,7 +266,7 @@ func TestValidateReportsEveryProblemOnItsOwnLine(t *testing.T) {
 }
 
 func TestBuiltins(t *testing.T) {
-	if got, want := strings.Join(BuiltinNames(), ","), "lifecycle,quickstart,smoke"; got != want {
+	if got, want := strings.Join(BuiltinNames(), ","), "churn,density,heartbeat,lifecycle,quickstart,scheduler-throughput,smoke"; got != want {
 		t.Fatalf("BuiltinNames = %s, want %s", got, want)
 	}
 	for _, name := range BuiltinNames() {
@@ -225,6 +276,14 @@ func TestBuiltins(t *testing.T) {
 		}
 		if p.Name != name {
 			t.Errorf("built-in %s is named %q inside", name, p.Name)
+		}
+		if p.Description == "" {
+			t.Errorf("built-in %s has no description", name)
+		}
+		// Load validated the defaulted profile; check that the file did not
+		// lean on a default that would then be invalid.
+		if err := p.Validate(); err != nil {
+			t.Errorf("built-in %s: %v", name, err)
 		}
 	}
 
@@ -258,9 +317,71 @@ func TestBuiltins(t *testing.T) {
 	}
 }
 
+// TestBuiltinShapes pins each load profile to the shape its header promises.
+func TestBuiltinShapes(t *testing.T) {
+	load := func(name string) *Profile {
+		t.Helper()
+		p, err := Load(name)
+		if err != nil {
+			t.Fatalf("Load(%q): %v", name, err)
+		}
+		return p
+	}
+	phaseNames := func(p *Profile) string {
+		names := make([]string, len(p.Phases))
+		for i, ph := range p.Phases {
+			names[i] = ph.Name
+		}
+		return strings.Join(names, ",")
+	}
+	const createDeleteWait = "create,wait-running,delete,wait-gone"
+
+	d := load("density")
+	if d.TotalNodes() != 50 || phaseNames(d) != createDeleteWait {
+		t.Fatalf("density = %d nodes, phases %s", d.TotalNodes(), phaseNames(d))
+	}
+	if c := d.Phases[0].Create; c.Count != 50*30 || c.QPS != 20 {
+		t.Errorf("density create = %d pods at %v/s, want 1500 at 20/s", c.Count, c.QPS)
+	}
+	if q := d.Phases[2].Delete.QPS; q != 20 {
+		t.Errorf("density delete qps = %v, want 20", q)
+	}
+
+	c := load("churn")
+	if c.TotalNodes() != 50 || len(c.Phases) != 1 || c.Phases[0].Churn == nil {
+		t.Fatalf("churn = %d nodes, phases %s", c.TotalNodes(), phaseNames(c))
+	}
+	if ch := c.Phases[0].Churn; ch.QPS != 10 || ch.Duration.Duration != 2*time.Minute || ch.Lifetime.Duration != 30*time.Second || ch.Timeout.Duration != 5*time.Minute {
+		t.Errorf("churn = %v/s for %v, lifetime %v, timeout %v", ch.QPS, ch.Duration.Duration, ch.Lifetime.Duration, ch.Timeout.Duration)
+	}
+
+	h := load("heartbeat")
+	if h.TotalNodes() != 300 || len(h.Phases) != 1 || h.Phases[0].Sleep == nil || h.Phases[0].Sleep.Duration.Duration != 3*time.Minute {
+		t.Errorf("heartbeat = %d nodes, phases %s", h.TotalNodes(), phaseNames(h))
+	}
+
+	s := load("scheduler-throughput")
+	if s.TotalNodes() != 100 || phaseNames(s) != createDeleteWait {
+		t.Fatalf("scheduler-throughput = %d nodes, phases %s", s.TotalNodes(), phaseNames(s))
+	}
+	sc := s.Phases[0].Create
+	if sc.Count != 2000 || sc.QPS != 200 {
+		t.Errorf("scheduler-throughput create = %d pods at %v/s, want 2000 at 200/s", sc.Count, sc.QPS)
+	}
+	cpu := sc.Template.Spec.Containers[0].Resources.Requests.Cpu()
+	if cpu.IsZero() {
+		t.Error("scheduler-throughput pods request no cpu: the scheduler would not score resources")
+	}
+	// The pods must fit, or waitRunning measures pods that can never run.
+	capacity := s.NodePools[0].CPU.MilliValue() * int64(s.TotalNodes())
+	if need := cpu.MilliValue() * int64(sc.Count); need > capacity {
+		t.Errorf("scheduler-throughput pods request %dm cpu, the fleet has %dm", need, capacity)
+	}
+}
+
 func TestLoadUnknownName(t *testing.T) {
 	_, err := Load("nosuch")
-	want := `unknown profile "nosuch": the built-in profiles are lifecycle, quickstart, smoke; a path to a YAML profile works too`
+	want := `unknown profile "nosuch": the built-in profiles are churn, density, heartbeat, lifecycle, quickstart, scheduler-throughput, smoke; a path to a YAML profile works too`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load(nosuch) error:\n got: %v\nwant: %s", err, want)
 	}

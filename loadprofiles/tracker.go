@@ -26,8 +26,9 @@ type podRecord struct {
 	seen        bool // the watch delivered the pod at least once
 	terminating bool // the watch saw metadata.deletionTimestamp set
 
-	phase    corev1.PodPhase
-	nodeName string
+	phase     corev1.PodPhase
+	nodeName  string
+	runningAt time.Time // when the watch first saw it Running: its RunningObserved stamp
 }
 
 // tracker holds the run's pods and counts, and wakes waiters when a count
@@ -79,9 +80,9 @@ func (t *tracker) signal() {
 	t.changed = make(chan struct{})
 }
 
-// observe takes a pod the watch delivered and reports which milestones it
-// shows for the first time.
-func (t *tracker) observe(pod *corev1.Pod) (scheduled, running bool) {
+// observe takes a pod the watch delivered at now and reports which
+// milestones it shows for the first time.
+func (t *tracker) observe(pod *corev1.Pod, now time.Time) (scheduled, running bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.record(pod.UID, pod.Namespace+"/"+pod.Name)
@@ -96,6 +97,7 @@ func (t *tracker) observe(pod *corev1.Pod) (scheduled, running bool) {
 	}
 	if pod.Status.Phase == corev1.PodRunning && !r.running {
 		r.running, running = true, true
+		r.runningAt = now
 		if r.created {
 			t.nRunning++
 		}
@@ -222,6 +224,48 @@ func (t *tracker) progress() Progress {
 	}
 }
 
+// changes returns a channel that is closed at the next change of a count. A
+// waiter takes it before looking at the state, so that no change between its
+// look and its wait goes unnoticed.
+func (t *tracker) changes() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.changed
+}
+
+// podView is what the run's watch has seen of one pod.
+type podView struct {
+	running   bool
+	runningAt time.Time
+	gone      bool
+}
+
+// views returns what the watch has seen of each pod in uids, in order, under
+// one lock.
+func (t *tracker) views(uids []types.UID) []podView {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]podView, len(uids))
+	for i, uid := range uids {
+		if r, ok := t.pods[uid]; ok {
+			out[i] = podView{running: r.running, runningAt: r.runningAt, gone: r.gone}
+		}
+	}
+	return out
+}
+
+// describePod names a pod and its state as the watch last saw it, for errors:
+// "ns/name (Pending, node-1)".
+func (t *tracker) describePod(uid types.UID) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.pods[uid]
+	if !ok {
+		return string(uid) + " (not seen by the watch)"
+	}
+	return fmt.Sprintf("%s (%s)", r.key, r.describe())
+}
+
 // errWaitTimedOut is returned by wait when timeout fires first.
 var errWaitTimedOut = errors.New("timed out")
 
@@ -261,10 +305,28 @@ const straggleLimit = 3
 func (t *tracker) stragglers(state string, after time.Duration, waitedFor, done func(*podRecord) bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	total, missing := 0, 0
+	total, missing, list := t.unfinishedLocked(t.order, waitedFor, done)
+	return fmt.Errorf("%d of %d pods not %s after %v: %s", missing, total, state, after, list)
+}
+
+// unfinished is stragglers' count for the pods in uids: how many of them
+// waitedFor selects, how many of those done does not, and the first few of
+// those named with their state.
+func (t *tracker) unfinished(uids []types.UID, waitedFor, done func(*podRecord) bool) (total, missing int, list string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.unfinishedLocked(uids, waitedFor, done)
+}
+
+// unfinishedLocked is unfinished for a caller that holds t.mu. A pod the
+// tracker has never heard of counts as waited for and not done.
+func (t *tracker) unfinishedLocked(uids []types.UID, waitedFor, done func(*podRecord) bool) (total, missing int, list string) {
 	var named []string
-	for _, uid := range t.order {
-		r := t.pods[uid]
+	for _, uid := range uids {
+		r, ok := t.pods[uid]
+		if !ok {
+			r = &podRecord{key: string(uid)}
+		}
 		if !waitedFor(r) {
 			continue
 		}
@@ -277,11 +339,11 @@ func (t *tracker) stragglers(state string, after time.Duration, waitedFor, done 
 			named = append(named, fmt.Sprintf("%s (%s)", r.key, r.describe()))
 		}
 	}
-	list := strings.Join(named, ", ")
+	list = strings.Join(named, ", ")
 	if missing > len(named) {
 		list += ", ..."
 	}
-	return fmt.Errorf("%d of %d pods not %s after %v: %s", missing, total, state, after, list)
+	return total, missing, list
 }
 
 // describe is a pod's state as the watch last saw it: phase, node, and

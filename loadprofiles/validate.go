@@ -83,7 +83,7 @@ func validatePhase(ph *Phase, path *field.Path) field.ErrorList {
 	actions := ph.actions()
 	switch len(actions) {
 	case 0:
-		return append(errs, field.Required(path, "a phase needs one action: create, waitRunning, delete, waitGone or sleep"))
+		return append(errs, field.Required(path, "a phase needs one action: create, waitRunning, delete, waitGone, sleep or churn"))
 	case 1:
 	default:
 		for _, extra := range actions[1:] {
@@ -110,6 +110,14 @@ func validatePhase(ph *Phase, path *field.Path) field.ErrorList {
 	}
 	if s := ph.Sleep; s != nil {
 		errs = append(errs, notNegative(s.Duration, path.Child("sleep", "duration"))...)
+	}
+	if c := ph.Churn; c != nil {
+		cp := path.Child("churn")
+		errs = append(errs, positiveRate(c.QPS, cp.Child("qps"))...)
+		errs = append(errs, positiveDuration(c.Duration, cp.Child("duration"))...)
+		errs = append(errs, notNegative(c.Lifetime, cp.Child("lifetime"))...)
+		errs = append(errs, notNegative(c.Timeout, cp.Child("timeout"))...)
+		errs = append(errs, validateTemplate(&c.Template, cp.Child("template"))...)
 	}
 	return errs
 }
@@ -218,6 +226,13 @@ func positiveQuantity(q resource.Quantity, path *field.Path) field.ErrorList {
 		return nil
 	}
 	return field.ErrorList{field.Invalid(path, q.String(), "must be greater than zero")}
+}
+
+func positiveDuration(d metav1.Duration, path *field.Path) field.ErrorList {
+	if d.Duration > 0 {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(path, d.Duration.String(), "must be greater than zero")}
 }
 
 func notNegative(d metav1.Duration, path *field.Path) field.ErrorList {
