@@ -305,6 +305,17 @@ phases:
 	if rep.Scheduling.SchedulerScheduled < 12 || rep.Scheduling.Pods != 12 {
 		t.Errorf("scheduling: %+v, want the scheduler's and our count of 12 bindings", rep.Scheduling)
 	}
+	// A run this short ends before most first lease updates (10 s after the
+	// lease is created); renewal lateness is checked by the bench test.
+	if hb := rep.Heartbeat; hb == nil || hb.NodeStatusPatchesPerSecond <= 0 || hb.OpenWatches < 6 || hb.BytesReceivedPerSecond <= 0 {
+		t.Errorf("heartbeats: %+v, want node status patches and the agents' 6 watches", rep.Heartbeat)
+	}
+	if rep.Series.Pods.Running == nil || len(rep.Series.API.Verbs) == 0 {
+		t.Errorf("series not filled: %+v", rep.Series)
+	}
+	if rep.Fleet.PeakRSSBytes <= 0 || rep.Fleet.CPUSeconds <= 0 {
+		t.Errorf("fleet stats: %+v", rep.Fleet)
+	}
 	for _, name := range []string{"report.md", "report.html"} {
 		if fi, err := os.Stat(filepath.Join(dir, "out", name)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s not written: %v", name, err)

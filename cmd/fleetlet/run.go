@@ -42,7 +42,7 @@ func newRunCommand() *cobra.Command {
 		fs.String("profile", "quickstart", "built-in profile name ("+fmt.Sprint(loadprofiles.BuiltinNames())+") or path to a profile YAML file")
 		fs.String("out", "", "directory for report.json and the control plane's logs (default out/<profile>-<time>)")
 		fs.Duration("ready-timeout", 5*time.Minute, "how long to wait for every node to be Ready")
-		fs.String("sweep", "", "capacity search: run the profile once per step, nodes=N1,N2,... (the first pool's count) or qps=Q1,Q2,... (every create phase), until a step fails its SLOs; writes sweep.json with the largest passing step")
+		fs.String("sweep", "", "capacity search: run the profile once per step, nodes=N1,N2,... (the first pool's count) or qps=Q1,Q2,... (every create and churn phase), until a step fails its SLOs; writes sweep.json with the largest passing step")
 	})
 	return cmd
 }
@@ -261,6 +261,9 @@ func driverConfig(admin *rest.Config, p *loadprofiles.Profile) *rest.Config {
 		}
 		if ph.Delete != nil && ph.Delete.QPS > maxQPS {
 			maxQPS = ph.Delete.QPS
+		}
+		if ph.Churn != nil && ph.Churn.QPS > maxQPS {
+			maxQPS = ph.Churn.QPS
 		}
 	}
 	cfg.QPS = float32(2 * maxQPS)

@@ -44,7 +44,7 @@ type sweepResult struct {
 }
 
 // parseSweep reads --sweep: "nodes=25,50,100" (the first node pool's count)
-// or "qps=10,20,40" (every create phase's rate).
+// or "qps=10,20,40" (every create and churn phase's rate).
 func parseSweep(s string) (*sweep, error) {
 	param, list, ok := strings.Cut(s, "=")
 	bad := fmt.Errorf("--sweep %q: want nodes=N1,N2,... or qps=Q1,Q2,... in increasing order", s)
@@ -69,8 +69,11 @@ func (sw *sweep) apply(p *loadprofiles.Profile, value int) {
 		p.NodePools[0].Count = value
 	case "qps":
 		for i := range p.Phases {
-			if p.Phases[i].Create != nil {
-				p.Phases[i].Create.QPS = float64(value)
+			if c := p.Phases[i].Create; c != nil {
+				c.QPS = float64(value)
+			}
+			if c := p.Phases[i].Churn; c != nil {
+				c.QPS = float64(value)
 			}
 		}
 	}
