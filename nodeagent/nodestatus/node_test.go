@@ -81,3 +81,18 @@ func TestSetStatusTransitions(t *testing.T) {
 		t.Errorf("NotReady condition = %+v", c)
 	}
 }
+
+// BenchmarkChanged is the comparison every node makes every 10 s to decide
+// whether its status must be posted.
+func BenchmarkChanged(b *testing.B) {
+	node := InitialNode(identity(), t0)
+	SetStatus(node, identity(), RuntimeState{Ready: true}, t0)
+	updated := node.DeepCopy()
+	SetStatus(updated, identity(), RuntimeState{Ready: true}, t0.Add(10*time.Second))
+	b.ReportAllocs()
+	for b.Loop() {
+		if Changed(&node.Status, &updated.Status) {
+			b.Fatal("a heartbeat-only change counted as a change")
+		}
+	}
+}
