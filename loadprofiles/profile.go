@@ -25,6 +25,35 @@ type Profile struct {
 	// upstream SLO, a negative one turns that check off. A failed SLO makes
 	// the run exit 1 once its report is written.
 	SLOs reports.SLOThresholds `json:"slos,omitempty"`
+	// Sweep, if set, makes a run a capacity search: the profile is run once
+	// per value, in increasing order, until a step fails its SLOs.
+	Sweep *Sweep `json:"sweep,omitempty"`
+}
+
+// Sweep names the parameter a capacity search steps and its values.
+type Sweep struct {
+	// Parameter is "nodes" (the first node pool's count) or "qps" (the rate
+	// of every create and churn phase).
+	Parameter string `json:"parameter"`
+	// Values are the steps, increasing.
+	Values []int `json:"values"`
+}
+
+// Apply sets the swept parameter of p to value.
+func (sw *Sweep) Apply(p *Profile, value int) {
+	switch sw.Parameter {
+	case "nodes":
+		p.NodePools[0].Count = value
+	case "qps":
+		for i := range p.Phases {
+			if c := p.Phases[i].Create; c != nil {
+				c.QPS = float64(value)
+			}
+			if c := p.Phases[i].Churn; c != nil {
+				c.QPS = float64(value)
+			}
+		}
+	}
 }
 
 // NodePool is Count identical nodes.

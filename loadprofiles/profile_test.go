@@ -266,7 +266,7 @@ func TestValidateReportsEveryProblemOnItsOwnLine(t *testing.T) {
 }
 
 func TestBuiltins(t *testing.T) {
-	if got, want := strings.Join(BuiltinNames(), ","), "churn,density,heartbeat,lifecycle,quickstart,scheduler-throughput,smoke"; got != want {
+	if got, want := strings.Join(BuiltinNames(), ","), "churn,density,heartbeat,lifecycle,quickstart,scheduler-throughput,smoke,sweep"; got != want {
 		t.Fatalf("BuiltinNames = %s, want %s", got, want)
 	}
 	for _, name := range BuiltinNames() {
@@ -381,7 +381,7 @@ func TestBuiltinShapes(t *testing.T) {
 
 func TestLoadUnknownName(t *testing.T) {
 	_, err := Load("nosuch")
-	want := `unknown profile "nosuch": the built-in profiles are churn, density, heartbeat, lifecycle, quickstart, scheduler-throughput, smoke; a path to a YAML profile works too`
+	want := `unknown profile "nosuch": the built-in profiles are churn, density, heartbeat, lifecycle, quickstart, scheduler-throughput, smoke, sweep; a path to a YAML profile works too`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load(nosuch) error:\n got: %v\nwant: %s", err, want)
 	}
@@ -404,5 +404,33 @@ func TestLoadFile(t *testing.T) {
 	missing := filepath.Join(dir, "missing.yaml")
 	if _, err := Load(missing); err == nil || !strings.Contains(err.Error(), "reading profile: open "+missing) {
 		t.Errorf("Load(missing file) = %v", err)
+	}
+}
+
+func TestSweep(t *testing.T) {
+	p, err := Load("sweep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Sweep == nil || p.Sweep.Parameter != "qps" || len(p.Sweep.Values) != 4 {
+		t.Fatalf("sweep = %+v, want qps over 4 steps", p.Sweep)
+	}
+	p.Sweep.Apply(p, 40)
+	if q := p.Phases[0].Create.QPS; q != 40 {
+		t.Errorf("create qps after Apply(40) = %v", q)
+	}
+	(&Sweep{Parameter: "nodes"}).Apply(p, 7)
+	if n := p.NodePools[0].Count; n != 7 {
+		t.Errorf("nodes after Apply(7) = %d", n)
+	}
+	_, err = Parse([]byte(`name: t
+nodePools: [{name: p, count: 1}]
+sweep: {parameter: pods, values: [3, 2]}
+phases: [{sleep: {duration: 1s}}]
+`), "bad.yaml")
+	for _, want := range []string{`sweep.parameter: Unsupported value: "pods"`, "sweep.values[1]: Invalid value: 2: steps must be positive and increasing"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want it to say %q", err, want)
+		}
 	}
 }

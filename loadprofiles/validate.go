@@ -27,6 +27,9 @@ func (p *Profile) Validate() error {
 	}
 	errs = append(errs, validatePools(p.NodePools, field.NewPath("nodePools"))...)
 	errs = append(errs, validateRuntime(&p.Runtime, field.NewPath("runtime"))...)
+	if p.Sweep != nil {
+		errs = append(errs, validateSweep(p.Sweep, field.NewPath("sweep"))...)
+	}
 	phasesPath := field.NewPath("phases")
 	for i := range p.Phases {
 		errs = append(errs, validatePhase(&p.Phases[i], phasesPath.Index(i))...)
@@ -280,4 +283,20 @@ func withSource(err error, source string) error {
 		return &invalidError{source: source, errs: inv.errs}
 	}
 	return fmt.Errorf("profile %s: %w", source, err)
+}
+
+func validateSweep(sw *Sweep, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if sw.Parameter != "nodes" && sw.Parameter != "qps" {
+		errs = append(errs, field.NotSupported(path.Child("parameter"), sw.Parameter, []string{"nodes", "qps"}))
+	}
+	if len(sw.Values) == 0 {
+		errs = append(errs, field.Required(path.Child("values"), "a sweep needs at least one step"))
+	}
+	for i, v := range sw.Values {
+		if v <= 0 || (i > 0 && v <= sw.Values[i-1]) {
+			errs = append(errs, field.Invalid(path.Child("values").Index(i), v, "steps must be positive and increasing"))
+		}
+	}
+	return errs
 }

@@ -17,15 +17,15 @@ var htmlTemplate = template.Must(template.New("report.html").Parse(htmlTemplateT
 // htmlView is the report view with the charts that only HTML has.
 type htmlView struct {
 	reportView
-	SLIChart, PhaseChart, PodsChart, APIChart *chart
+	SLIChart, PhaseChart, PodsChart, APIChart, LatenessChart *chart
 }
 
 // RenderHTML writes r as report.html: one self-contained file, with inline
 // CSS and inline SVG charts and no script or external asset, so it opens
-// anywhere, offline. It holds what report.md holds, plus four charts: the
-// latency distributions of the SLIs and of the phases (decoded from their
-// HdrHistograms), pods created and Running over time, and the fleet's API
-// request rate by verb. Text from the report is escaped by html/template. It
+// anywhere, offline. It holds what report.md holds, plus up to five charts:
+// the latency distributions of the SLIs and of the phases (decoded from their
+// HdrHistograms), pods created and Running over time, the fleet's API
+// request rate by verb, and the distribution of lease renewal lateness. Text from the report is escaped by html/template. It
 // returns the first write error.
 func RenderHTML(w io.Writer, r *Report) error {
 	v := htmlView{reportView: buildView(r)}
@@ -33,6 +33,9 @@ func RenderHTML(w io.Writer, r *Report) error {
 	v.PhaseChart = phaseCDFChart("Phases: latency distribution", r.Phases)
 	v.PodsChart = podsChart(r.Series.Pods)
 	v.APIChart = apiRateChart(r.Series)
+	if hb := r.Heartbeat; hb != nil {
+		v.LatenessChart = phaseCDFChart("Lease renewal lateness: distribution", []PhaseSummary{hb.Lateness})
+	}
 	bw := bufio.NewWriter(w)
 	if err := htmlTemplate.Execute(bw, v); err != nil {
 		return err

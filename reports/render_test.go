@@ -95,8 +95,8 @@ func TestRenderHTMLGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The SLI and phase distributions, pods over time, API request rate.
-	if n := countElements(doc, "svg"); n != 4 {
-		t.Errorf("report.html has %d <svg> elements, want 4", n)
+	if n := countElements(doc, "svg"); n != 5 {
+		t.Errorf("report.html has %d <svg> elements, want 5", n)
 	}
 	// Self-contained: no script, no external reference of any kind.
 	for _, tag := range []string{"script", "link", "img", "iframe", "object", "embed"} {

@@ -61,11 +61,13 @@ func run(ctx context.Context, v *viper.Viper) error {
 	if err != nil {
 		return err
 	}
+	sw := profile.Sweep
 	if spec := v.GetString("sweep"); spec != "" {
-		sw, err := parseSweep(spec)
-		if err != nil {
+		if sw, err = parseSweep(spec); err != nil {
 			return err
 		}
+	}
+	if sw != nil {
 		return runSweep(ctx, v, sw, out)
 	}
 	rep, err := runProfile(ctx, v, profile, out)
@@ -310,15 +312,42 @@ func (s *session) report(metrics *reports.Metrics) *reports.Report {
 	return rep
 }
 
-// progressPrinter shows the driver's progress: one line rewritten in place on
-// a terminal, a line every ten seconds otherwise (CI logs).
+// progressPrinter shows the driver's progress: the phase, pods Running of
+// those created, the rate at which the phase advances and the time it has
+// left at that rate. On a terminal the line is rewritten in place; otherwise
+// (CI logs) a line is printed every ten seconds.
 func progressPrinter() func(loadprofiles.Progress) {
 	tty := term.IsTerminal(int(os.Stderr.Fd()))
-	var calls int
+	var (
+		calls int
+		phase string
+		start time.Time
+		base  [3]int
+	)
 	return func(p loadprofiles.Progress) {
-		line := fmt.Sprintf("%-14s created %d  scheduled %d  running %d  gone %d  (target %d)", p.Phase, p.Created, p.Scheduled, p.Running, p.Gone, p.Target)
+		now := time.Now()
+		counts := [3]int{p.Created, p.Running, p.Gone}
+		if p.Phase != phase {
+			phase, start, base = p.Phase, now, counts
+		}
+		// The count this phase advances is the one that moved most since it
+		// began: created for create, Running for a wait, gone for a delete.
+		active := 0
+		for i := range counts {
+			if counts[i]-base[i] > counts[active]-base[active] {
+				active = i
+			}
+		}
+		line := fmt.Sprintf("%-14s running %d/%d  scheduled %d  gone %d", p.Phase, p.Running, p.Created, p.Scheduled, p.Gone)
+		if elapsed := now.Sub(start).Seconds(); elapsed > 0 && counts[active] > base[active] {
+			rate := float64(counts[active]-base[active]) / elapsed
+			line += fmt.Sprintf("  %.1f/s", rate)
+			if left := p.Target - counts[active]; p.Target > 0 && left > 0 {
+				line += fmt.Sprintf("  ~%v left", (time.Duration(float64(left)/rate) * time.Second).Round(time.Second))
+			}
+		}
 		if tty {
-			fmt.Fprintf(os.Stderr, "\r%-90s", line)
+			fmt.Fprintf(os.Stderr, "\r%-100s", line)
 			return
 		}
 		if calls%10 == 0 {

@@ -17,14 +17,6 @@ import (
 	"github.com/fleetlet/fleetlet/reports"
 )
 
-// sweep is a capacity search: the profile run once per value of one
-// parameter, in increasing order, until a step breaks an SLO. The answer is
-// the largest step that passed.
-type sweep struct {
-	Parameter string `json:"parameter"`
-	Values    []int  `json:"values"`
-}
-
 // sweepStep is one step's outcome, as sweep.json records it.
 type sweepStep struct {
 	Value  int      `json:"value"`
@@ -45,13 +37,13 @@ type sweepResult struct {
 
 // parseSweep reads --sweep: "nodes=25,50,100" (the first node pool's count)
 // or "qps=10,20,40" (every create and churn phase's rate).
-func parseSweep(s string) (*sweep, error) {
+func parseSweep(s string) (*loadprofiles.Sweep, error) {
 	param, list, ok := strings.Cut(s, "=")
 	bad := fmt.Errorf("--sweep %q: want nodes=N1,N2,... or qps=Q1,Q2,... in increasing order", s)
 	if !ok || (param != "nodes" && param != "qps") {
 		return nil, bad
 	}
-	sw := &sweep{Parameter: param}
+	sw := &loadprofiles.Sweep{Parameter: param}
 	for _, f := range strings.Split(list, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 || (len(sw.Values) > 0 && n <= sw.Values[len(sw.Values)-1]) {
@@ -62,28 +54,11 @@ func parseSweep(s string) (*sweep, error) {
 	return sw, nil
 }
 
-// apply sets the swept parameter of p to value.
-func (sw *sweep) apply(p *loadprofiles.Profile, value int) {
-	switch sw.Parameter {
-	case "nodes":
-		p.NodePools[0].Count = value
-	case "qps":
-		for i := range p.Phases {
-			if c := p.Phases[i].Create; c != nil {
-				c.QPS = float64(value)
-			}
-			if c := p.Phases[i].Churn; c != nil {
-				c.QPS = float64(value)
-			}
-		}
-	}
-}
-
 // runSweep runs the profile once per step, each with a control plane and a
 // fleet of its own so that no step inherits another's nodes or load, into
 // out/<parameter>-<value>/, and writes sweep.json. It stops at the first
 // step that fails; an interrupted or broken run is an error.
-func runSweep(ctx context.Context, v *viper.Viper, sw *sweep, out string) error {
+func runSweep(ctx context.Context, v *viper.Viper, sw *loadprofiles.Sweep, out string) error {
 	res := sweepResult{Parameter: sw.Parameter}
 	for _, value := range sw.Values {
 		p, err := loadprofiles.Load(v.GetString("profile"))
@@ -91,7 +66,7 @@ func runSweep(ctx context.Context, v *viper.Viper, sw *sweep, out string) error 
 			return err
 		}
 		res.Profile = p.Name
-		sw.apply(p, value)
+		sw.Apply(p, value)
 		dir := filepath.Join(out, fmt.Sprintf("%s-%d", sw.Parameter, value))
 		fmt.Fprintf(os.Stderr, "fleetlet: sweep step %s=%d\n", sw.Parameter, value)
 		rep, runErr := runProfile(ctx, v, p, dir)
