@@ -75,7 +75,7 @@ type Config struct {
 	Metrics *Metrics
 }
 
-// DefaultFirstIP leaves 127.0.0.1 to the control plane.
+// defaultFirstIP leaves 127.0.0.1 to the control plane.
 var defaultFirstIP = netip.AddrFrom4([4]byte{127, 1, 0, 1})
 
 // Member is one agent of the fleet.
