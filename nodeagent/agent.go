@@ -121,7 +121,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	a.runtime = kuberuntime.NewManager(kuberuntime.Config{
 		Runtime: cfg.Runtime, Images: cfg.Images, Events: events, Recorder: cfg.Recorder, Clock: cfg.Clock,
-		SerializeImagePulls: ptr.Deref(kc.SerializeImagePulls, true),
+		SerializeImagePulls: ptr.Deref(kc.SerializeImagePulls, true), MaxParallelImagePulls: ptr.Deref(kc.MaxParallelImagePulls, 0),
 	})
 	a.statuses = status.NewManager(status.Config{Client: cfg.Client, Clock: cfg.Clock, Recorder: cfg.Recorder})
 	network := cfg.NetworkProber

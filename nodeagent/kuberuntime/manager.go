@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -36,6 +37,9 @@ type Config struct {
 	// SerializeImagePulls pulls one image at a time per node, the kubelet's
 	// default, so that a slow pull delays the pods behind it.
 	SerializeImagePulls bool
+	// MaxParallelImagePulls bounds concurrent pulls when they are not
+	// serialized; 0 means no bound, as the kubelet's nil.
+	MaxParallelImagePulls int32
 }
 
 // The kubelet's back-off for restarting crashed containers and for pulling
@@ -70,8 +74,8 @@ func (e *BackoffError) Unwrap() error        { return e.Err }
 // Manager is one node's pod runtime manager.
 type Manager struct {
 	cfg Config
-	// pullLock serializes pulls when SerializeImagePulls is set.
-	pullLock     sync.Mutex
+	// pulls bounds the pulls in flight (1 when serialized); nil: unbounded.
+	pulls        *semaphore.Weighted
 	crashBackOff *flowcontrol.Backoff
 	imageBackOff *flowcontrol.Backoff
 
@@ -85,7 +89,14 @@ func NewManager(cfg Config) *Manager {
 	crash.Clock = cfg.Clock
 	image := flowcontrol.NewBackOff(backOffInitial, backOffMax)
 	image.Clock = cfg.Clock
-	return &Manager{cfg: cfg, crashBackOff: crash, imageBackOff: image, waiting: map[types.UID]map[string]Waiting{}}
+	m := &Manager{cfg: cfg, crashBackOff: crash, imageBackOff: image, waiting: map[types.UID]map[string]Waiting{}}
+	switch {
+	case cfg.SerializeImagePulls:
+		m.pulls = semaphore.NewWeighted(1)
+	case cfg.MaxParallelImagePulls > 0:
+		m.pulls = semaphore.NewWeighted(int64(cfg.MaxParallelImagePulls))
+	}
+	return m
 }
 
 // Waiting returns why each of the pod's containers is waiting, by name.
@@ -231,9 +242,11 @@ func (m *Manager) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 		return "", &BackoffError{Err: fmt.Errorf("container %s of pod %s/%s: %s", c.Name, pod.Namespace, pod.Name, msg)}
 	}
 	waitStart := m.cfg.Clock.Now()
-	if m.cfg.SerializeImagePulls {
-		m.pullLock.Lock()
-		defer m.pullLock.Unlock()
+	if m.pulls != nil {
+		if err := m.pulls.Acquire(ctx, 1); err != nil {
+			return "", err
+		}
+		defer m.pulls.Release(1)
 	}
 	m.cfg.Events.Eventf(pod, corev1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
 	pullStart := m.cfg.Clock.Now()
