@@ -119,10 +119,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	events := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.NodeName})
 	a.events = events
 
-	a.runtime = kuberuntime.NewManager(kuberuntime.Config{
+	runtimeConfig := kuberuntime.Config{
 		Runtime: cfg.Runtime, Images: cfg.Images, Events: events, Recorder: cfg.Recorder, Clock: cfg.Clock,
 		SerializeImagePulls: ptr.Deref(kc.SerializeImagePulls, true), MaxParallelImagePulls: ptr.Deref(kc.MaxParallelImagePulls, 0),
-	})
+	}
+	if cfg.NetworkProber == nil {
+		// A real node: httpGet and tcpSocket hooks reach the pod, as probes do.
+		runtimeConfig.NetworkHook = networkHook(prober.NewHTTPRunner(nil))
+	}
+	a.runtime = kuberuntime.NewManager(runtimeConfig)
 	a.statuses = status.NewManager(status.Config{Client: cfg.Client, Clock: cfg.Clock, Recorder: cfg.Recorder})
 	network := cfg.NetworkProber
 	if network == nil {

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
+	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/nodeagent/status"
 )
 
@@ -110,6 +112,26 @@ func (a *Agent) setStatus(pod *corev1.Pod, rs *kuberuntime.PodStatus, terminal b
 	}
 	a.statuses.SetPodStatus(pod, st)
 	return st.Phase
+}
+
+// networkHook runs httpGet and tcpSocket lifecycle handlers with a probe
+// runner: the kubelet sends them the same way, and treats any answer it
+// would count as a probe's success as the hook's.
+func networkHook(runner prober.NetworkRunner) func(context.Context, *corev1.Pod, *corev1.Container, *corev1.LifecycleHandler, time.Duration) error {
+	return func(ctx context.Context, pod *corev1.Pod, c *corev1.Container, h *corev1.LifecycleHandler, timeout time.Duration) error {
+		probe := &corev1.Probe{
+			ProbeHandler:   corev1.ProbeHandler{HTTPGet: h.HTTPGet, TCPSocket: h.TCPSocket},
+			TimeoutSeconds: int32(max(timeout/time.Second, 1)),
+		}
+		result, output, err := runner.Network(ctx, prober.Liveness, pod, c, "", probe)
+		switch {
+		case err != nil:
+			return err
+		case result == prober.Failure:
+			return fmt.Errorf("%s", output)
+		}
+		return nil
+	}
 }
 
 // updateProbes tells the prober which containers run: it starts workers for

@@ -40,6 +40,10 @@ type Config struct {
 	// MaxParallelImagePulls bounds concurrent pulls when they are not
 	// serialized; 0 means no bound, as the kubelet's nil.
 	MaxParallelImagePulls int32
+	// NetworkHook runs an httpGet or tcpSocket lifecycle handler of a
+	// container within timeout; nil means there is nothing to reach (an
+	// emulated node), and such a hook succeeds at once.
+	NetworkHook func(ctx context.Context, pod *corev1.Pod, c *corev1.Container, h *corev1.LifecycleHandler, timeout time.Duration) error
 }
 
 // The kubelet's back-off for restarting crashed containers and for pulling
@@ -365,7 +369,7 @@ func (m *Manager) killContainer(ctx context.Context, pod *corev1.Pod, c *Contain
 	m.cfg.Events.Event(pod, corev1.EventTypeNormal, "Killing", message)
 	if spec := containerSpec(pod, c.Name); spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && gracePeriod > 0 &&
 		c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
-		gracePeriod -= m.runPreStopHook(ctx, pod, c, spec.Lifecycle.PreStop, gracePeriod)
+		gracePeriod -= m.runPreStopHook(ctx, pod, c, spec, gracePeriod)
 	}
 	gracePeriod = max(gracePeriod, minimumGracePeriod)
 	if err := m.cfg.Runtime.StopContainer(ctx, c.ID, gracePeriod); err != nil {
@@ -376,7 +380,8 @@ func (m *Manager) killContainer(ctx context.Context, pod *corev1.Pod, c *Contain
 
 // runPreStopHook runs the hook within the grace period and returns the
 // seconds it took. A failed hook is reported and the stop goes on.
-func (m *Manager) runPreStopHook(ctx context.Context, pod *corev1.Pod, c *ContainerStatus, hook *corev1.LifecycleHandler, gracePeriod int64) int64 {
+func (m *Manager) runPreStopHook(ctx context.Context, pod *corev1.Pod, c *ContainerStatus, spec *corev1.Container, gracePeriod int64) int64 {
+	hook := spec.Lifecycle.PreStop
 	start := m.cfg.Clock.Now()
 	budget := time.Duration(gracePeriod) * time.Second
 	var err error
@@ -389,8 +394,8 @@ func (m *Manager) runPreStopHook(ctx context.Context, pod *corev1.Pod, c *Contai
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
-	default:
-		err = errors.New("httpGet and tcpSocket lifecycle hooks are not supported by fleetlet yet")
+	case m.cfg.NetworkHook != nil:
+		err = m.cfg.NetworkHook(ctx, pod, spec, hook, budget)
 	}
 	if err != nil {
 		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)

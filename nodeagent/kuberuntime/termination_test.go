@@ -81,3 +81,26 @@ func TestKillPodRunsPreStopWithinTheGracePeriod(t *testing.T) {
 		})
 	}
 }
+
+func TestKillPodRunsNetworkPreStopHooks(t *testing.T) {
+	ctx := context.Background()
+	m, _, _ := newManager(t, "busybox")
+	var got []string
+	m.cfg.NetworkHook = func(_ context.Context, _ *corev1.Pod, c *corev1.Container, h *corev1.LifecycleHandler, timeout time.Duration) error {
+		got = append(got, c.Name+" "+h.HTTPGet.Path+" "+timeout.String())
+		return nil
+	}
+	pod := newPod("hook", false, corev1.PullIfNotPresent, "app")
+	pod.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain"}}}
+	st, _ := m.GetPodStatus(ctx, pod.UID)
+	if err := m.SyncPod(ctx, pod, st, healthy{}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = m.GetPodStatus(ctx, pod.UID)
+	if err := m.KillPod(ctx, pod, st, 30); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != "app /drain 30s" {
+		t.Errorf("hooks run: %v, want the httpGet preStop with the 30s grace", got)
+	}
+}
