@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
@@ -101,6 +102,57 @@ type ContainerBehaviour struct {
 	// variation is a hash of the runtime's seed and the container's ID, so a
 	// run with the same seed replays. Default 0.
 	Jitter *float64 `json:"jitter,omitempty"`
+	// Memory is the container's memory working set in bytes over its run
+	// time ("64Mi"). When it reaches the container's memory limit the
+	// container is OOM-killed (exit code 137, reason OOMKilled). Unset: 0.
+	Memory *UsageCurve `json:"memory,omitempty"`
+	// CPU is the container's CPU use in cores over its run time ("250m");
+	// its integral is the cumulative CPU time. Unset: 0.
+	CPU *UsageCurve `json:"cpu,omitempty"`
+	// Pids is the number of processes over its run time. Unset: 1.
+	Pids *UsageCurve `json:"pids,omitempty"`
+	// WritableLayer is the size in bytes of what the container has written
+	// to its writable layer, over its run time. Unset: 0.
+	WritableLayer *UsageCurve `json:"writableLayer,omitempty"`
+	// Logs, when set, makes the container print a line at a fixed period
+	// while it runs (see ContainerLogs).
+	Logs *LogBehaviour `json:"logs,omitempty"`
+}
+
+// UsageCurve is a resource's use over a container's run time, in the
+// resource's unit as a quantity ("64Mi" bytes, "250m" cores, "10"
+// processes). Its value at time t after the start is the level of the last
+// step at or before t (Start before any step) plus PerSecond times the time
+// since that step (or since the start), kept between 0 and Max. A constant
+// is just Start; a leak is a PerSecond; a load spike is a step up and a
+// step back down.
+type UsageCurve struct {
+	// Start is the level at the start. Default 0.
+	Start *resource.Quantity `json:"start,omitempty"`
+	// PerSecond is how much the level grows each second, from the start or
+	// from the last step; negative shrinks it. Default 0.
+	PerSecond *resource.Quantity `json:"perSecond,omitempty"`
+	// Steps set the level at given times since the start, sorted by After.
+	Steps []UsageStep `json:"steps,omitzero"`
+	// Max caps the value; unset: no cap.
+	Max *resource.Quantity `json:"max,omitempty"`
+}
+
+// UsageStep sets a UsageCurve's level to Value After the start.
+type UsageStep struct {
+	After Duration          `json:"after"`
+	Value resource.Quantity `json:"value"`
+}
+
+// LogBehaviour is what a running container prints besides the lines every
+// container prints (see ContainerLogs).
+type LogBehaviour struct {
+	// Every is the period of the line, from the start: the first line comes
+	// Every after the container started. Must be positive.
+	Every Duration `json:"every"`
+	// Line is the text printed, on stdout; empty prints
+	// `fleetlet-fake: container "NAME" is running`.
+	Line string `json:"line,omitempty"`
 }
 
 // ProbeStep is one step of a schedule: from After (time since the container
@@ -213,6 +265,13 @@ func (b ContainerBehaviour) Validate(path *field.Path) field.ErrorList {
 	if b.Jitter != nil && !(*b.Jitter >= 0 && *b.Jitter <= 1) { // also rejects NaN
 		errs = append(errs, field.Invalid(path.Child("jitter"), *b.Jitter, "must be a fraction between 0 and 1"))
 	}
+	errs = append(errs, b.Memory.validate(path.Child("memory"))...)
+	errs = append(errs, b.CPU.validate(path.Child("cpu"))...)
+	errs = append(errs, b.Pids.validate(path.Child("pids"))...)
+	errs = append(errs, b.WritableLayer.validate(path.Child("writableLayer"))...)
+	if b.Logs != nil && b.Logs.Every <= 0 {
+		errs = append(errs, field.Invalid(path.Child("logs", "every"), b.Logs.Every, "must be positive"))
+	}
 	errs = append(errs, validateSteps(b.Readiness, path.Child("readiness"))...)
 	errs = append(errs, validateSteps(b.Liveness, path.Child("liveness"))...)
 	errs = append(errs, validateSteps(b.Startup, path.Child("startup"))...)
@@ -228,6 +287,34 @@ func (b ContainerBehaviour) Validate(path *field.Path) field.ErrorList {
 		seen[e.Command] = true
 		errs = append(errs, validateSteps(e.Steps, ep.Child("steps"))...)
 		errs = append(errs, validateExitCode(e.ExitCode, ep.Child("exitCode"))...)
+	}
+	return errs
+}
+
+// validate checks a curve, which may be nil (unset). Levels are never
+// negative; the growth may be, to model memory given back.
+func (u *UsageCurve) validate(path *field.Path) field.ErrorList {
+	if u == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	nonNegative := func(q *resource.Quantity, p *field.Path) {
+		if q != nil && q.Sign() < 0 {
+			errs = append(errs, field.Invalid(p, q.String(), "must not be negative"))
+		}
+	}
+	nonNegative(u.Start, path.Child("start"))
+	nonNegative(u.Max, path.Child("max"))
+	for i, s := range u.Steps {
+		p := path.Child("steps").Index(i)
+		nonNegative(&s.Value, p.Child("value"))
+		switch {
+		case s.After < 0:
+			errs = append(errs, field.Invalid(p.Child("after"), s.After, "must not be negative"))
+		case i > 0 && s.After < u.Steps[i-1].After:
+			errs = append(errs, field.Invalid(p.Child("after"), s.After,
+				fmt.Sprintf("steps must be sorted by after, and this one comes after a step at %s", u.Steps[i-1].After)))
+		}
 	}
 	return errs
 }
@@ -284,6 +371,13 @@ func (b ContainerBehaviour) over(base ContainerBehaviour) ContainerBehaviour {
 	b.StartLatency = orElse(b.StartLatency, base.StartLatency)
 	b.StopLatency = orElse(b.StopLatency, base.StopLatency)
 	b.Jitter = orElse(b.Jitter, base.Jitter)
+	// A curve replaces the default's curve whole: mixing one's start with
+	// the other's steps would describe neither.
+	b.Memory = orElse(b.Memory, base.Memory)
+	b.CPU = orElse(b.CPU, base.CPU)
+	b.Pids = orElse(b.Pids, base.Pids)
+	b.WritableLayer = orElse(b.WritableLayer, base.WritableLayer)
+	b.Logs = orElse(b.Logs, base.Logs)
 	// A nil list is unset; an empty one is set (to no steps).
 	if b.Readiness == nil {
 		b.Readiness = base.Readiness
@@ -309,6 +403,11 @@ func (b ContainerBehaviour) deepCopy() ContainerBehaviour {
 	b.StartLatency = clonePtr(b.StartLatency)
 	b.StopLatency = clonePtr(b.StopLatency)
 	b.Jitter = clonePtr(b.Jitter)
+	b.Memory = b.Memory.deepCopy()
+	b.CPU = b.CPU.deepCopy()
+	b.Pids = b.Pids.deepCopy()
+	b.WritableLayer = b.WritableLayer.deepCopy()
+	b.Logs = clonePtr(b.Logs)
 	// slices.Clone keeps nil nil and empty empty: both mean something.
 	b.Readiness = slices.Clone(b.Readiness)
 	b.Liveness = slices.Clone(b.Liveness)
@@ -318,6 +417,23 @@ func (b ContainerBehaviour) deepCopy() ContainerBehaviour {
 		b.Exec[i].Steps = slices.Clone(b.Exec[i].Steps)
 	}
 	return b
+}
+
+func (u *UsageCurve) deepCopy() *UsageCurve {
+	if u == nil {
+		return nil
+	}
+	c := &UsageCurve{Steps: slices.Clone(u.Steps)}
+	for _, q := range []struct{ src, dst **resource.Quantity }{{&u.Start, &c.Start}, {&u.PerSecond, &c.PerSecond}, {&u.Max, &c.Max}} {
+		if *q.src != nil {
+			v := (*q.src).DeepCopy()
+			*q.dst = &v
+		}
+	}
+	for i := range c.Steps {
+		c.Steps[i].Value = c.Steps[i].Value.DeepCopy()
+	}
+	return c
 }
 
 func clonePtr[T any](p *T) *T {

@@ -148,3 +148,26 @@ func BenchmarkListContainersWithBehaviour(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkListPodSandboxStats is the kubelet's stats query on a full node
+// (110 pods, one running container each) whose containers all have usage
+// curves: the price of a summary API scrape or an eviction check.
+func BenchmarkListPodSandboxStats(b *testing.B) {
+	ctx := context.Background()
+	rt := New(Config{PreloadedImages: []string{pauseImage}, Seed: 1})
+	setPodCIDR(b, rt, testPodCIDR)
+	for i := range 110 {
+		pod := podWithBehaviour(fmt.Sprintf("pod-%d", i), `"*":
+  cpu: {start: 100m, steps: [{after: 1m, value: 500m}]}
+  memory: {start: 32Mi, perSecond: 1Ki, max: 100Mi}
+  writableLayer: {start: 1Mi}
+`)
+		runContainer(b, rt, runPod(b, rt, pod), pod, "app", pauseImage)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if st, err := rt.ListPodSandboxStats(ctx, nil); err != nil || len(st) != 110 {
+			b.Fatalf("ListPodSandboxStats = %d pods, %v; want 110", len(st), err)
+		}
+	}
+}

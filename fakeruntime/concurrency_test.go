@@ -5,20 +5,36 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // TestConcurrentPods runs many pod lifecycles at once, with readers listing
-// all the while, so that -race sees every path the agents will take together.
+// and an events subscriber all the while, so that -race sees every path the
+// agents will take together. The containers would exit by themselves after
+// an hour, so that each arms and disarms an exit timer.
 func TestConcurrentPods(t *testing.T) {
 	const (
 		workers       = 32
 		podsPerWorker = 25
 	)
-	rt, _ := newTestRuntime(t, Behaviour{})
+	rt, _ := newTestRuntime(t, Behaviour{Containers: ContainerBehaviour{
+		RunFor: new(Duration(time.Hour)),
+		Memory: &UsageCurve{Start: new(resource.MustParse("10Mi")), PerSecond: new(resource.MustParse("1Ki"))},
+	}})
 	ctx := context.Background()
 	imageRef := pull(t, rt, busyboxImage)
+	events := watchEvents(t, rt, 16)
+	var received int
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for range events.ch {
+			received++
+		}
+	}()
 
 	var wg sync.WaitGroup
 	errs := make(chan error, workers+2)
@@ -43,6 +59,14 @@ func TestConcurrentPods(t *testing.T) {
 					return
 				}
 				if _, err := rt.ImageFsInfo(ctx); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := rt.ListPodSandboxStats(ctx, nil); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := rt.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{LabelSelector: map[string]string{"io.kubernetes.container.name": "app"}}); err != nil {
 					errs <- err
 					return
 				}
@@ -75,8 +99,14 @@ func TestConcurrentPods(t *testing.T) {
 	if cs, _ := rt.ListContainers(ctx, nil); len(cs) != 0 {
 		t.Errorf("%d containers left", len(cs))
 	}
-	if len(rt.network.used) != 0 || len(rt.names) != 0 {
-		t.Errorf("%d IPs and %d names still reserved", len(rt.network.used), len(rt.names))
+	if len(rt.network.used) != 0 || len(rt.names) != 0 || len(rt.exitTimers) != 0 {
+		t.Errorf("%d IPs and %d names still reserved, %d exit timers armed", len(rt.network.used), len(rt.names), len(rt.exitTimers))
+	}
+	_ = events.stop(t)
+	close(events.ch) // GetContainerEvents has returned: nothing sends any more
+	<-drained
+	if received == 0 {
+		t.Error("the subscriber received no events")
 	}
 }
 

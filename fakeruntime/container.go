@@ -27,6 +27,9 @@ const (
 	// code of zero and of anything else.
 	reasonCompleted = "Completed"
 	reasonError     = "Error"
+	// reasonOOMKilled is containerd's reason for a container the kernel
+	// killed at its memory limit.
+	reasonOOMKilled = "OOMKilled"
 )
 
 // container is the record of one container. Its maps and pointers are owned
@@ -49,6 +52,9 @@ type container struct {
 	annotations map[string]string
 	logPath     string
 	resources   *runtimeapi.ContainerResources
+	// mounts are the config's own: CreateContainer's caller hands them
+	// over, as a gRPC request's decoded copy would be.
+	mounts []*runtimeapi.Mount
 
 	createdAt int64
 	runState  // state, startedAt, finishedAt, exitCode, reason
@@ -69,7 +75,7 @@ type container struct {
 func (c *container) settle(now int64) {
 	// Most containers never exit by themselves: skip the copy for them, as
 	// the PLEG settles every container of the node every second.
-	if c.life.runFor > 0 && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+	if c.life.exits() && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
 		c.runState = stateAt(c.runState, c.life, now)
 	}
 }
@@ -189,13 +195,26 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	if res := config.GetLinux().GetResources(); res != nil {
 		c.resources = &runtimeapi.ContainerResources{Linux: proto.Clone(res).(*runtimeapi.LinuxContainerResources)}
 	}
+	c.mounts = config.GetMounts()
+	c.planOOM(0)
 	r.containers[c.id] = c
 	r.names[name] = c.id
 	sb.containers = append(sb.containers, c.id)
+	r.publishLocked(c.id, sb, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT, createdAt)
 	if logger := klog.FromContext(ctx).V(5); logger.Enabled() {
 		logger.Info("Created container", "pod", klog.KRef(sb.podNamespace, sb.podName), "container", c.metaName, "containerID", c.id)
 	}
 	return c.id, nil
+}
+
+// planOOM sets when c's memory reaches its memory limit, looking from run
+// time from on: a limit changed while c runs kills it from then, not in the
+// past. Without a limit or a memory curve it is never OOM-killed.
+func (c *container) planOOM(from time.Duration) {
+	c.life.oom, c.life.oomAfter = false, 0
+	if limit := c.resources.GetLinux().GetMemoryLimitInBytes(); limit > 0 && c.model.memory != nil {
+		c.life.oomAfter, c.life.oom = c.model.memory.reaches(float64(limit), from)
+	}
 }
 
 // modelLocked resolves the behaviour of the container named name in sb: the
@@ -244,6 +263,8 @@ func (r *Runtime) StartContainer(ctx context.Context, containerID string) error 
 	}
 	c.state = runtimeapi.ContainerState_CONTAINER_RUNNING
 	c.startedAt = startedAt
+	r.publishLocked(c.id, r.sandboxes[c.sandboxID], runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, startedAt)
+	r.scheduleExitLocked(c, startedAt)
 	return nil
 }
 
@@ -293,9 +314,11 @@ func (r *Runtime) StopContainer(ctx context.Context, containerID string, timeout
 	// It may have been removed, killed with its sandbox, or exited by itself
 	// meanwhile.
 	if c := r.containers[id]; c != nil {
+		r.cancelExitLocked(c, finishedAt)
 		c.settle(finishedAt)
 		if c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			c.exit(finishedAt, exitCode, reason)
+			r.publishLocked(c.id, r.sandboxes[c.sandboxID], runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, finishedAt)
 		}
 	}
 	return nil
@@ -317,13 +340,17 @@ func (r *Runtime) RemoveContainer(ctx context.Context, containerID string) error
 	if err != nil {
 		return ignoreNotFound(err)
 	}
+	now := r.now()
+	r.cancelExitLocked(c, now)
 	delete(r.containers, c.id)
 	delete(r.names, c.name)
-	if sb := r.sandboxes[c.sandboxID]; sb != nil {
+	sb := r.sandboxes[c.sandboxID]
+	if sb != nil {
 		if i := slices.Index(sb.containers, c.id); i >= 0 {
 			sb.containers = slices.Delete(sb.containers, i, i+1)
 		}
 	}
+	r.publishLocked(c.id, sb, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, now)
 	return nil
 }
 
@@ -384,7 +411,8 @@ func (r *Runtime) ContainerStatus(ctx context.Context, containerID string, verbo
 }
 
 // UpdateContainerResources replaces the container's resources; ContainerStatus
-// reports them. Like containerd it refuses a container that has exited.
+// reports them. Like containerd it refuses a container that has exited. A
+// new memory limit moves the container's OOM kill (see planOOM).
 func (r *Runtime) UpdateContainerResources(ctx context.Context, containerID string, resources *runtimeapi.ContainerResources) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -392,12 +420,19 @@ func (r *Runtime) UpdateContainerResources(ctx context.Context, containerID stri
 	if err != nil {
 		return err
 	}
-	c.settle(r.now())
+	now := r.now()
+	c.settle(now)
 	if c.state != runtimeapi.ContainerState_CONTAINER_CREATED && c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		return status.Errorf(codes.FailedPrecondition, "UpdateContainerResources %s: container is in state %s; only a created or running container can be updated", c.id, c.state)
 	}
 	if resources != nil {
 		c.resources = proto.Clone(resources).(*runtimeapi.ContainerResources)
+	}
+	if c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		c.planOOM(time.Duration(now - c.startedAt))
+		r.scheduleExitLocked(c, now)
+	} else {
+		c.planOOM(0)
 	}
 	return nil
 }
@@ -484,6 +519,7 @@ func (c *container) toStatus() *runtimeapi.ContainerStatus {
 		Annotations: maps.Clone(c.annotations),
 		LogPath:     c.logPath,
 		ImageId:     c.imageID,
+		Mounts:      c.mounts,
 	}
 	if c.resources != nil {
 		st.Resources = proto.Clone(c.resources).(*runtimeapi.ContainerResources)

@@ -19,8 +19,11 @@
 // the injected clock, so tests and replays control time. A container's state
 // is a pure function of its behaviour, its start time and the time asked
 // about (see model.go): it is worked out whenever the runtime is asked
-// (ListContainers, ContainerStatus, ExecSync, ProbeNetwork), never by a timer,
-// so idle containers cost nothing.
+// (ListContainers, ContainerStatus, ExecSync, ProbeNetwork, the stats calls,
+// ContainerLogs), never by a timer, so idle containers cost nothing. The one
+// exception is GetContainerEvents: while it has a subscriber, each running
+// container that will exit by itself has a timer on the clock, so that its
+// exit event comes on time.
 //
 // A container's behaviour comes from three places. A field set in a more
 // specific place wins, field by field:
@@ -68,6 +71,13 @@
 //	jitter         a fraction (0 to 1) by which runFor and the latencies
 //	               above vary per container, drawn from the runtime's seed
 //	               and the container's ID, so that a run replays
+//	memory         usage curves (below) of the memory working set in bytes,
+//	cpu            of CPU in cores, of the number of processes (default 1)
+//	pids           and of the bytes written to the writable layer; they
+//	writableLayer  feed the CRI stats calls. A curve set in the annotation
+//	               replaces the node's default curve whole
+//	logs           {every, line}: a line printed every "every" while the
+//	               container runs (see ContainerLogs for every line)
 //
 // For example, a pod whose "app" container crashes after 30 s with exit code
 // 1, and whose other containers are unready for their first 10 s and fail
@@ -84,6 +94,49 @@
 //	        exec:
 //	          - command: cat /tmp/healthy
 //	            steps: [{after: 2m, succeed: false}]
+//
+// And a pod whose "cache" container uses a quarter of a core, starts at
+// 64 MiB and leaks 1 MiB a second, jumps to 200 MiB under load at 30 s and,
+// with a 256 MiB limit, is OOM-killed 86 s after it started, logging a line
+// every 10 s until then:
+//
+//	fleetlet.io/behaviour: |
+//	  cache:
+//	    cpu: {start: 250m}
+//	    memory: {start: 64Mi, perSecond: 1Mi, steps: [{after: 30s, value: 200Mi}]}
+//	    logs: {every: 10s, line: "cache: serving"}
+//
+// # Usage curves
+//
+// A usage curve is {start, perSecond, steps, max}, its levels as Kubernetes
+// quantities ("64Mi", "250m", "10"). Its value t after the container started
+// is the level of the last step at or before t ({after, value}, sorted by
+// after), or start before any step, plus perSecond (which may be negative)
+// times the time since that step, kept between 0 and max (no cap when
+// unset). Constant usage is a start alone, a leak a perSecond, a spike a
+// step up and a step back down.
+//
+// The CPU curve is the rate (usageNanoCores); usageCoreNanoSeconds is its
+// integral over the time the container has run. Memory is modelled as
+// anonymous memory: usageBytes and rssBytes equal the working set. A
+// container whose working set reaches its memory limit (the container
+// config's linux.resources.memoryLimitInBytes, when positive) is killed then,
+// as the kernel's OOM killer would: it exits with code 137 and reason
+// OOMKilled, at the instant a step takes it past the limit or its growth
+// reaches the limit, or at its runFor if that comes first. An exited
+// container reports the memory, CPU time and writable layer it had when it
+// exited; a removed one nothing. Inodes are estimated as one per 16 KiB.
+//
+// # Stats, logs and events
+//
+// ContainerStats, ListContainerStats, PodSandboxStats, ListPodSandboxStats
+// and ImageFsInfo report the usage curves at the clock's time (stats.go
+// says how a pod adds up its containers). ContainerLogs, not part of CRI,
+// computes a container's log lines from its behaviour, for the node's
+// kubelet API; nothing is written or stored per line. GetContainerEvents
+// streams container and sandbox events for evented PLEG, including the
+// exits the behaviour decides; a subscriber that falls 1024 events behind
+// loses the newer ones rather than slow the runtime.
 //
 // # The fleetlet.io/pull-error annotation
 //

@@ -308,32 +308,38 @@ func (r *Runtime) RemoveImage(ctx context.Context, spec *runtimeapi.ImageSpec) e
 	return nil
 }
 
-// ImageFsInfo reports one image filesystem using the sum of the image sizes
-// and one inode per image, and the container filesystem on the same mount
-// (so not a split image filesystem) with nothing written yet: writable
-// layers are not modelled.
+// ImageFsInfo reports one image filesystem using the sum of the image sizes,
+// and the container filesystem on the same mount (so not a split image
+// filesystem) using the sum of the containers' writable layers, each at
+// this moment (see ContainerStats). Inodes are estimated from bytes: one per
+// 16 KiB begun, per image and per writable layer.
 func (r *Runtime) ImageFsInfo(ctx context.Context) (*runtimeapi.ImageFsInfoResponse, error) {
-	now := r.now()
 	r.mu.Lock()
-	var used uint64
+	now := r.now()
+	var imageBytes, imageInodes uint64
 	for _, img := range r.images {
-		used += img.size
+		imageBytes += img.size
+		imageInodes += inodes(img.size)
 	}
-	n := uint64(len(r.images))
+	var layerBytes, layerInodes uint64
+	for _, c := range r.containers {
+		c.settle(now)
+		b := c.usageAt(now).writableLayer
+		layerBytes += b
+		layerInodes += inodes(b)
+	}
 	r.mu.Unlock()
-	return &runtimeapi.ImageFsInfoResponse{
-		ImageFilesystems: []*runtimeapi.FilesystemUsage{{
+	fs := func(used, inodes uint64) []*runtimeapi.FilesystemUsage {
+		return []*runtimeapi.FilesystemUsage{{
 			Timestamp:  now,
 			FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: imageFsMountpoint},
 			UsedBytes:  &runtimeapi.UInt64Value{Value: used},
-			InodesUsed: &runtimeapi.UInt64Value{Value: n},
-		}},
-		ContainerFilesystems: []*runtimeapi.FilesystemUsage{{
-			Timestamp:  now,
-			FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: imageFsMountpoint},
-			UsedBytes:  &runtimeapi.UInt64Value{Value: 0},
-			InodesUsed: &runtimeapi.UInt64Value{Value: 0},
-		}},
+			InodesUsed: &runtimeapi.UInt64Value{Value: inodes},
+		}}
+	}
+	return &runtimeapi.ImageFsInfoResponse{
+		ImageFilesystems:     fs(imageBytes, imageInodes),
+		ContainerFilesystems: fs(layerBytes, layerInodes),
 	}, nil
 }
 

@@ -26,6 +26,9 @@ type model struct {
 	jitter                                   float64
 	readiness, liveness, startup             []ProbeStep
 	exec                                     []ExecBehaviour
+	// Usage curves; nil where the behaviour models none.
+	memory, cpu, pids, writableLayer *curve
+	logs                             *LogBehaviour
 }
 
 // resolveModel resolves cb, already merged over the node's default
@@ -41,6 +44,13 @@ func resolveModel(cb ContainerBehaviour, node Behaviour) *model {
 		liveness:      sortedSteps(cb.Liveness),
 		startup:       sortedSteps(cb.Startup),
 		exec:          cb.Exec,
+		memory:        resolveCurve(cb.Memory),
+		cpu:           resolveCurve(cb.CPU),
+		pids:          resolveCurve(cb.Pids),
+		writableLayer: resolveCurve(cb.WritableLayer),
+	}
+	if cb.Logs != nil && cb.Logs.Every > 0 {
+		m.logs = cb.Logs
 	}
 	if cb.RunFor != nil {
 		m.runFor = max(time.Duration(*cb.RunFor), 0)
@@ -96,35 +106,57 @@ func (m *model) steps(kind ProbeKind) ([]ProbeStep, bool) {
 
 // runState is the part of a container's record that changes over its life.
 type runState struct {
+	// state and exitCode side by side: padding would take the container
+	// record into the next allocation size class.
 	state                 runtimeapi.ContainerState
-	startedAt, finishedAt int64 // Unix nanoseconds, as CRI has them
 	exitCode              int32
+	startedAt, finishedAt int64 // Unix nanoseconds, as CRI has them
 	reason                string
 }
 
 // lifecycle is when and how a started container exits by itself: its
-// model's RunFor (jittered for this container) and exit code.
+// model's RunFor (jittered for this container) and exit code, and when its
+// memory reaches its limit, if it does.
 type lifecycle struct {
 	runFor   time.Duration // 0: until stopped
+	oomAfter time.Duration // with oom: run time at which it is OOM-killed
 	exitCode int32
+	oom      bool
+}
+
+// exits reports whether the container exits by itself at some point.
+func (l lifecycle) exits() bool { return l.runFor > 0 || l.oom }
+
+// exit is when (run time) and how the container exits by itself, and false
+// if it never does: the earlier of its RunFor and its OOM kill, RunFor on a
+// tie (the process was already gone when the kernel would have killed it).
+func (l lifecycle) exit() (after time.Duration, exitCode int32, reason string, ok bool) {
+	switch {
+	case l.oom && (l.runFor <= 0 || l.oomAfter < l.runFor):
+		return l.oomAfter, exitCodeKilled, reasonOOMKilled, true
+	case l.runFor > 0:
+		return l.runFor, l.exitCode, exitReason(l.exitCode), true
+	}
+	return 0, 0, "", false
 }
 
 // stateAt is the container with record s and lifecycle l as it is at now: a
-// running container whose RunFor has elapsed has exited, at exactly
-// startedAt+RunFor (however late the question comes), with its exit code.
-// It exits at the boundary itself: a process that runs for 30 s is gone 30 s
-// after it started. Any other record is returned unchanged, since only a
-// running container changes without an API call.
+// running container whose exit time (see lifecycle.exit) has come has
+// exited, at exactly that time (however late the question comes), with its
+// exit code. It exits at the boundary itself: a process that runs for 30 s
+// is gone 30 s after it started. Any other record is returned unchanged,
+// since only a running container changes without an API call.
 func stateAt(s runState, l lifecycle, now int64) runState {
+	after, exitCode, reason, ok := l.exit()
 	// Compare elapsed time rather than compute an end time: startedAt plus a
 	// very long RunFor could overflow.
-	if s.state != runtimeapi.ContainerState_CONTAINER_RUNNING || l.runFor <= 0 || now-s.startedAt < int64(l.runFor) {
+	if s.state != runtimeapi.ContainerState_CONTAINER_RUNNING || !ok || now-s.startedAt < int64(after) {
 		return s
 	}
 	s.state = runtimeapi.ContainerState_CONTAINER_EXITED
-	s.finishedAt = s.startedAt + int64(l.runFor)
-	s.exitCode = l.exitCode
-	s.reason = exitReason(l.exitCode)
+	s.finishedAt = s.startedAt + int64(after)
+	s.exitCode = exitCode
+	s.reason = reason
 	return s
 }
 

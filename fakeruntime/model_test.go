@@ -41,6 +41,17 @@ func TestStateAt(t *testing.T) {
 		{"an exited container keeps its exit", stopped, lifecycle{runFor: 10 * time.Second, exitCode: 2}, start + 60*sec, stopped},
 		{"a very long runFor does not overflow", runningRec, lifecycle{runFor: time.Duration(1<<63 - 1)}, start + 3600*sec, runningRec},
 		{"a clock before the start", runningRec, lifecycle{runFor: time.Second}, start - sec, runningRec},
+		{"OOM-killed before runFor", runningRec, lifecycle{runFor: time.Minute, exitCode: 1, oom: true, oomAfter: 20 * time.Second}, start + 30*sec,
+			runState{state: exited, startedAt: start, finishedAt: start + 20*sec, exitCode: 137, reason: "OOMKilled"}},
+		{"OOM-killed with no runFor", runningRec, lifecycle{oom: true, oomAfter: 20 * time.Second}, start + 20*sec,
+			runState{state: exited, startedAt: start, finishedAt: start + 20*sec, exitCode: 137, reason: "OOMKilled"}},
+		{"OOM-killed at the start", runningRec, lifecycle{oom: true}, start,
+			runState{state: exited, startedAt: start, finishedAt: start, exitCode: 137, reason: "OOMKilled"}},
+		{"runFor before the OOM", runningRec, lifecycle{runFor: 10 * time.Second, oom: true, oomAfter: 20 * time.Second}, start + 30*sec,
+			runState{state: exited, startedAt: start, finishedAt: start + 10*sec, reason: "Completed"}},
+		{"a tie goes to runFor", runningRec, lifecycle{runFor: 10 * time.Second, exitCode: 2, oom: true, oomAfter: 10 * time.Second}, start + 30*sec,
+			runState{state: exited, startedAt: start, finishedAt: start + 10*sec, exitCode: 2, reason: "Error"}},
+		{"before the OOM", runningRec, lifecycle{oom: true, oomAfter: 20 * time.Second}, start + 20*sec - 1, runningRec},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

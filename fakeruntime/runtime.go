@@ -120,8 +120,10 @@ func (b Behaviour) withDefaults() Behaviour {
 // Config configures one Runtime.
 type Config struct {
 	// Clock measures every simulated latency and stamps every timestamp;
-	// nil means clock.RealClock{}.
-	Clock clock.WithTicker
+	// nil means clock.RealClock{}. Its AfterFunc times the exit events of
+	// containers that exit by themselves, while GetContainerEvents has a
+	// subscriber.
+	Clock clock.WithTickerAndDelayedExecution
 	// Behaviour holds the simulated durations and sizes.
 	Behaviour Behaviour
 	// PreloadedImages are present without a pull, e.g. the pause image.
@@ -151,7 +153,7 @@ func (c Config) Validate() error {
 // most a few hundred pods, and the mutex is never held while a latency is
 // simulated.
 type Runtime struct {
-	clock     clock.WithTicker
+	clock     clock.WithTickerAndDelayedExecution
 	behaviour Behaviour
 	seed      uint64
 	// defaultModel is the node's container behaviour, resolved once and
@@ -175,6 +177,11 @@ type Runtime struct {
 	images     map[string]*image // by image ID
 	imageNames map[string]string // repo tag or repo digest to image ID
 	network    ipPool
+	// subscribers are the GetContainerEvents calls listening; exitTimers
+	// the timers of containers' own exits, kept only while there are
+	// subscribers (see events.go).
+	subscribers map[*eventSubscriber]struct{}
+	exitTimers  map[string]*exitTimer
 }
 
 // New returns a Runtime with no sandboxes or containers and the preloaded
@@ -206,6 +213,8 @@ func New(cfg Config) *Runtime {
 		names:           make(map[string]string),
 		images:          make(map[string]*image),
 		imageNames:      make(map[string]string),
+		subscribers:     make(map[*eventSubscriber]struct{}),
+		exitTimers:      make(map[string]*exitTimer),
 	}
 	for _, ref := range cfg.PreloadedImages {
 		if img, err := r.newImage(ref); err == nil {

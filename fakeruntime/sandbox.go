@@ -116,6 +116,8 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandb
 	}
 	r.sandboxes[sb.id] = sb
 	r.names[name] = sb.id
+	r.publishLocked(sb.id, sb, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT, createdAt)
+	r.publishLocked(sb.id, sb, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, createdAt)
 	if logger := klog.FromContext(ctx).V(5); logger.Enabled() {
 		logger.Info("Ran pod sandbox", "pod", klog.KRef(sb.podNamespace, sb.podName), "podSandboxID", sb.id, "ips", ips)
 	}
@@ -140,13 +142,19 @@ func (r *Runtime) StopPodSandbox(ctx context.Context, podSandboxID string) error
 		if c == nil {
 			continue
 		}
+		r.cancelExitLocked(c, now)
 		c.settle(now) // one that has exited by itself keeps its own exit
 		if c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			c.exit(now, exitCodeKilled, reasonError)
+			r.publishLocked(c.id, sb, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, now)
 		}
 	}
+	wasReady := sb.state == runtimeapi.PodSandboxState_SANDBOX_READY
 	sb.state = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 	r.releaseIPsLocked(sb)
+	if wasReady {
+		r.publishLocked(sb.id, sb, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, now)
+	}
 	return nil
 }
 
@@ -159,15 +167,23 @@ func (r *Runtime) RemovePodSandbox(ctx context.Context, podSandboxID string) err
 	if err != nil {
 		return ignoreNotFound(err)
 	}
-	for _, cid := range sb.containers {
+	now := r.now()
+	// Pop each container before its DELETED event, so that the event lists
+	// the containers still there, as containerd's do.
+	for len(sb.containers) > 0 {
+		cid := sb.containers[0]
+		sb.containers = sb.containers[1:]
 		if c := r.containers[cid]; c != nil {
+			r.cancelExitLocked(c, now)
 			delete(r.names, c.name)
 			delete(r.containers, cid)
+			r.publishLocked(cid, sb, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, now)
 		}
 	}
 	r.releaseIPsLocked(sb)
 	delete(r.names, sb.name)
 	delete(r.sandboxes, sb.id)
+	r.publishLocked(sb.id, sb, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, now)
 	return nil
 }
 
@@ -180,8 +196,8 @@ func (r *Runtime) releaseIPsLocked(sb *sandbox) {
 
 // PodSandboxStatus returns the sandbox's status, or NotFound. A stopped
 // sandbox still reports the IPs it had, as containerd does. The response has
-// no container statuses and no timestamp: those belong to evented PLEG, which
-// this runtime does not serve yet, and the kubelet then lists containers.
+// no container statuses and no timestamp, as without evented PLEG: the
+// kubelet lists containers, and GetContainerEvents carries the statuses.
 func (r *Runtime) PodSandboxStatus(ctx context.Context, podSandboxID string, verbose bool) (*runtimeapi.PodSandboxStatusResponse, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -51,7 +51,7 @@ func Serve(ctx context.Context, socketPath string, rt *Runtime) error {
 			return handler(klog.NewContext(ctx, logger), req)
 		}),
 	)
-	runtimeapi.RegisterRuntimeServiceServer(srv, &runtimeServer{rt: rt, logger: logger})
+	runtimeapi.RegisterRuntimeServiceServer(srv, &runtimeServer{rt: rt, logger: logger, serveCtx: ctx})
 	runtimeapi.RegisterImageServiceServer(srv, &imageServer{rt: rt, logger: logger})
 
 	serveErr := make(chan error, 1)
@@ -117,6 +117,9 @@ type runtimeServer struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	rt     *Runtime
 	logger klog.Logger
+	// serveCtx is Serve's context: its end also ends event streams, which
+	// would otherwise hold a graceful stop until its timeout.
+	serveCtx context.Context
 }
 
 func (s *runtimeServer) Version(ctx context.Context, req *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
@@ -247,6 +250,79 @@ func (s *runtimeServer) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncRe
 		return nil, err
 	}
 	return &runtimeapi.ExecSyncResponse{Stdout: stdout, Stderr: stderr, ExitCode: exitCode}, nil
+}
+
+func (s *runtimeServer) ReopenContainerLog(ctx context.Context, req *runtimeapi.ReopenContainerLogRequest) (*runtimeapi.ReopenContainerLogResponse, error) {
+	if err := s.rt.ReopenContainerLog(ctx, req.GetContainerId()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ReopenContainerLogResponse{}, nil
+}
+
+func (s *runtimeServer) ContainerStats(ctx context.Context, req *runtimeapi.ContainerStatsRequest) (*runtimeapi.ContainerStatsResponse, error) {
+	st, err := s.rt.ContainerStats(ctx, req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ContainerStatsResponse{Stats: st}, nil
+}
+
+func (s *runtimeServer) ListContainerStats(ctx context.Context, req *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
+	items, err := s.rt.ListContainerStats(ctx, req.GetFilter())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ListContainerStatsResponse{Stats: items}, nil
+}
+
+func (s *runtimeServer) StreamContainerStats(req *runtimeapi.StreamContainerStatsRequest, stream grpc.ServerStreamingServer[runtimeapi.StreamContainerStatsResponse]) error {
+	items, err := s.rt.ListContainerStats(klog.NewContext(stream.Context(), s.logger), req.GetFilter())
+	if err != nil {
+		return err
+	}
+	return sendChunks(items, func(chunk []*runtimeapi.ContainerStats) error {
+		return stream.Send(&runtimeapi.StreamContainerStatsResponse{ContainerStats: chunk})
+	})
+}
+
+func (s *runtimeServer) PodSandboxStats(ctx context.Context, req *runtimeapi.PodSandboxStatsRequest) (*runtimeapi.PodSandboxStatsResponse, error) {
+	st, err := s.rt.PodSandboxStats(ctx, req.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.PodSandboxStatsResponse{Stats: st}, nil
+}
+
+func (s *runtimeServer) ListPodSandboxStats(ctx context.Context, req *runtimeapi.ListPodSandboxStatsRequest) (*runtimeapi.ListPodSandboxStatsResponse, error) {
+	items, err := s.rt.ListPodSandboxStats(ctx, req.GetFilter())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ListPodSandboxStatsResponse{Stats: items}, nil
+}
+
+func (s *runtimeServer) StreamPodSandboxStats(req *runtimeapi.StreamPodSandboxStatsRequest, stream grpc.ServerStreamingServer[runtimeapi.StreamPodSandboxStatsResponse]) error {
+	items, err := s.rt.ListPodSandboxStats(klog.NewContext(stream.Context(), s.logger), req.GetFilter())
+	if err != nil {
+		return err
+	}
+	return sendChunks(items, func(chunk []*runtimeapi.PodSandboxStats) error {
+		return stream.Send(&runtimeapi.StreamPodSandboxStatsResponse{PodSandboxStats: chunk})
+	})
+}
+
+// GetContainerEvents streams the runtime's container events (see
+// Runtime.GetContainerEvents) until the client goes away or Serve's context
+// ends.
+func (s *runtimeServer) GetContainerEvents(req *runtimeapi.GetEventsRequest, stream grpc.ServerStreamingServer[runtimeapi.ContainerEventResponse]) error {
+	ctx, cancel := context.WithCancel(klog.NewContext(stream.Context(), s.logger))
+	defer cancel()
+	defer context.AfterFunc(s.serveCtx, cancel)()
+	err := s.rt.watchEvents(ctx, func() {}, stream.Send)
+	if ctx.Err() != nil {
+		return ctxError("GetContainerEvents", ctx.Err())
+	}
+	return err
 }
 
 // imageServer adapts gRPC requests to the Runtime's image methods.

@@ -146,8 +146,21 @@ func TestServeThroughCRIClient(t *testing.T) {
 			if err := rs.UpdateContainerResources(ctx, cID, &runtimeapi.ContainerResources{Linux: &runtimeapi.LinuxContainerResources{CpuShares: 512}}); err != nil {
 				t.Fatal(err)
 			}
-			_, err = rs.ContainerStats(ctx, cID)
-			wantCode(t, "ContainerStats", err, codes.Unimplemented)
+			if st, err := rs.ContainerStats(ctx, cID); err != nil || st.GetAttributes().GetId() != cID || st.GetCpu().GetUsageCoreNanoSeconds() == nil {
+				t.Fatalf("ContainerStats = %v, %v", st, err)
+			}
+			if sts, err := rs.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{PodSandboxId: sbID}); err != nil || len(sts) != 1 {
+				t.Fatalf("ListContainerStats = %v, %v", sts, err)
+			}
+			if st, err := rs.PodSandboxStats(ctx, sbID); err != nil || len(st.GetLinux().GetContainers()) != 1 || st.GetLinux().GetProcess().GetProcessCount().GetValue() != 2 {
+				t.Fatalf("PodSandboxStats = %v, %v; want one container and two processes (pause and app)", st, err)
+			}
+			if sts, err := rs.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{Id: sbID}); err != nil || len(sts) != 1 {
+				t.Fatalf("ListPodSandboxStats = %v, %v", sts, err)
+			}
+			if err := rs.ReopenContainerLog(ctx, cID); err != nil {
+				t.Fatalf("ReopenContainerLog = %v", err)
+			}
 			if err := rs.StopContainer(ctx, cID, 30); err != nil {
 				t.Fatal(err)
 			}

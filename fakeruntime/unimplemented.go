@@ -10,9 +10,7 @@ import (
 
 // The methods below are not modelled yet. They fail with codes.Unimplemented,
 // which the kubelet already treats as "this runtime does not support it"
-// (for example it falls back from evented to generic PLEG and skips
-// UpdatePodSandboxResources). Stats and container events come with later
-// issues.
+// (for example it skips UpdatePodSandboxResources).
 
 func unimplemented(method string) error {
 	return status.Errorf(codes.Unimplemented, "%s is not implemented by the %s runtime", method, RuntimeName)
@@ -33,19 +31,9 @@ func (r *Runtime) PortForward(ctx context.Context, req *runtimeapi.PortForwardRe
 	return nil, unimplemented("PortForward")
 }
 
-// ReopenContainerLog is not implemented: the fake writes no logs.
-func (r *Runtime) ReopenContainerLog(ctx context.Context, containerID string) error {
-	return unimplemented("ReopenContainerLog")
-}
-
 // CheckpointContainer is not implemented.
 func (r *Runtime) CheckpointContainer(ctx context.Context, options *runtimeapi.CheckpointContainerRequest) error {
 	return unimplemented("CheckpointContainer")
-}
-
-// GetContainerEvents is not implemented yet (evented PLEG is a later issue).
-func (r *Runtime) GetContainerEvents(ctx context.Context, containerEventsCh chan *runtimeapi.ContainerEventResponse, connectionEstablishedCallback func(runtimeapi.RuntimeService_GetContainerEventsClient)) error {
-	return unimplemented("GetContainerEvents")
 }
 
 // UpdatePodSandboxResources is not implemented; the kubelet treats it as best
@@ -62,26 +50,6 @@ func (r *Runtime) CheckpointPod(ctx context.Context, options *runtimeapi.Checkpo
 // RestorePod is not implemented.
 func (r *Runtime) RestorePod(ctx context.Context, options *runtimeapi.RestorePodRequest) (*runtimeapi.RestorePodResponse, error) {
 	return nil, unimplemented("RestorePod")
-}
-
-// ContainerStats is not implemented yet (stats are a later issue).
-func (r *Runtime) ContainerStats(ctx context.Context, containerID string) (*runtimeapi.ContainerStats, error) {
-	return nil, unimplemented("ContainerStats")
-}
-
-// ListContainerStats is not implemented yet (stats are a later issue).
-func (r *Runtime) ListContainerStats(ctx context.Context, filter *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error) {
-	return nil, unimplemented("ListContainerStats")
-}
-
-// PodSandboxStats is not implemented yet (stats are a later issue).
-func (r *Runtime) PodSandboxStats(ctx context.Context, podSandboxID string) (*runtimeapi.PodSandboxStats, error) {
-	return nil, unimplemented("PodSandboxStats")
-}
-
-// ListPodSandboxStats is not implemented yet (stats are a later issue).
-func (r *Runtime) ListPodSandboxStats(ctx context.Context, filter *runtimeapi.PodSandboxStatsFilter) ([]*runtimeapi.PodSandboxStats, error) {
-	return nil, unimplemented("ListPodSandboxStats")
 }
 
 // ListMetricDescriptors is not implemented yet (metrics are a later issue).
