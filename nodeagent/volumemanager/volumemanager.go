@@ -1,0 +1,388 @@
+// Package volumemanager sets up a pod's volumes before its containers run,
+// as the kubelet's volume manager does in WaitForAttachAndMount: emptyDir,
+// hostPath, configMap, secret, downwardAPI and projected volumes (with the
+// pod's service-account token from a TokenRequest). A required ConfigMap or
+// Secret that is missing holds the pod in ContainerCreating with FailedMount
+// events until it appears; optional ones are honoured.
+//
+// On an emulated node nothing is written: a volume is set up once its
+// sources have been fetched, and containers get mounts naming where the
+// kubelet would have put the files. Given a PodsDir (a real runtime), the
+// files are written there and bind-mounted, as under /var/lib/kubelet/pods.
+// Either way the contents are those at mount time; the kubelet's periodic
+// refresh of ConfigMap, Secret and token files is not emulated.
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/kubectl/pkg/util/fieldpath"
+	"k8s.io/kubectl/pkg/util/resource"
+	"k8s.io/utils/ptr"
+)
+
+// DefaultPodsDir is where the kubelet keeps pods' volumes; emulated nodes
+// name paths under it in their mounts without creating them.
+const DefaultPodsDir = "/var/lib/kubelet/pods"
+
+// Sources are where ConfigMaps and Secrets come from.
+type Sources interface {
+	ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
+	Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+}
+
+// Config wires a Manager.
+type Config struct {
+	// Client makes the TokenRequests of service-account token projections.
+	Client  kubernetes.Interface
+	Objects Sources
+	Events  record.EventRecorder
+	// PodsDir, when set, is where volumes are written for a real runtime
+	// to bind-mount; empty means an emulated node that writes nothing.
+	PodsDir string
+	// Allocatable answers resourceFieldRef items for limits a container
+	// does not set, as for environment variables.
+	Allocatable corev1.ResourceList
+}
+
+// Manager is one node's volume manager.
+type Manager struct {
+	cfg Config
+
+	mu sync.Mutex
+	// mounted holds each pod's volumes that are set up, by name, so that a
+	// pod's later syncs fetch nothing again.
+	mounted map[types.UID]map[string]bool
+}
+
+// New returns a Manager for cfg.
+func New(cfg Config) *Manager {
+	return &Manager{cfg: cfg, mounted: map[types.UID]map[string]bool{}}
+}
+
+// The kubelet's volume plugin names, which name the directories volumes
+// live in.
+var pluginNames = map[string]string{
+	"emptyDir": "kubernetes.io~empty-dir", "configMap": "kubernetes.io~configmap", "secret": "kubernetes.io~secret",
+	"downwardAPI": "kubernetes.io~downward-api", "projected": "kubernetes.io~projected", "hostPath": "kubernetes.io~host-path",
+}
+
+// WaitForAttachAndMount sets up every volume of the pod not yet set up. For
+// each that fails it sends the kubelet's FailedMount event; the error lists
+// the volumes left unmounted, and the pod's sync is retried.
+func (m *Manager) WaitForAttachAndMount(ctx context.Context, pod *corev1.Pod) error {
+	var unmounted []string
+	var errs []error
+	for i := range pod.Spec.Volumes {
+		v := &pod.Spec.Volumes[i]
+		if m.isMounted(pod.UID, v.Name) {
+			continue
+		}
+		if err := m.setUp(ctx, pod, v); err != nil {
+			m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "FailedMount", "MountVolume.SetUp failed for volume %q : %v", v.Name, err)
+			unmounted = append(unmounted, v.Name)
+			errs = append(errs, err)
+			continue
+		}
+		m.mu.Lock()
+		if m.mounted[pod.UID] == nil {
+			m.mounted[pod.UID] = map[string]bool{}
+		}
+		m.mounted[pod.UID][v.Name] = true
+		m.mu.Unlock()
+	}
+	if len(unmounted) > 0 {
+		return fmt.Errorf("unable to attach or mount volumes of pod %s/%s: unmounted volumes=[%s]: %w",
+			pod.Namespace, pod.Name, strings.Join(unmounted, " "), errors.Join(errs...))
+	}
+	return nil
+}
+
+func (m *Manager) isMounted(uid types.UID, name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mounted[uid][name]
+}
+
+// CleanupPod forgets the pod's volumes and removes their files, once the
+// pod's containers are gone.
+func (m *Manager) CleanupPod(uid types.UID) error {
+	m.mu.Lock()
+	delete(m.mounted, uid)
+	m.mu.Unlock()
+	if m.cfg.PodsDir == "" {
+		return nil
+	}
+	return os.RemoveAll(filepath.Join(m.cfg.PodsDir, string(uid)))
+}
+
+// Mounts returns the CRI mounts of the container's volumeMounts. The
+// volumes must have been set up.
+func (m *Manager) Mounts(pod *corev1.Pod, c *corev1.Container) ([]*runtimeapi.Mount, error) {
+	mounts := make([]*runtimeapi.Mount, 0, len(c.VolumeMounts))
+	for _, vm := range c.VolumeMounts {
+		i := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vm.Name })
+		if i < 0 {
+			return nil, fmt.Errorf("cannot find volume %q to mount into container %q", vm.Name, c.Name)
+		}
+		host := m.volumeDir(pod, &pod.Spec.Volumes[i])
+		if vm.SubPath != "" {
+			if filepath.IsAbs(vm.SubPath) || slices.Contains(strings.Split(vm.SubPath, "/"), "..") {
+				return nil, fmt.Errorf("error SubPath `%s` must not be an absolute path or contain '..'", vm.SubPath)
+			}
+			host = filepath.Join(host, vm.SubPath)
+		}
+		mounts = append(mounts, &runtimeapi.Mount{
+			ContainerPath: vm.MountPath, HostPath: host, Readonly: vm.ReadOnly,
+			Propagation: runtimeapi.MountPropagation_PROPAGATION_PRIVATE,
+		})
+	}
+	return mounts, nil
+}
+
+// volumeDir is where the volume's files live on the host.
+func (m *Manager) volumeDir(pod *corev1.Pod, v *corev1.Volume) string {
+	if v.HostPath != nil {
+		return v.HostPath.Path
+	}
+	root := m.cfg.PodsDir
+	if root == "" {
+		root = DefaultPodsDir
+	}
+	return filepath.Join(root, string(pod.UID), "volumes", pluginNames[volumeKind(v)], v.Name)
+}
+
+func volumeKind(v *corev1.Volume) string {
+	switch {
+	case v.EmptyDir != nil:
+		return "emptyDir"
+	case v.ConfigMap != nil:
+		return "configMap"
+	case v.Secret != nil:
+		return "secret"
+	case v.DownwardAPI != nil:
+		return "downwardAPI"
+	case v.Projected != nil:
+		return "projected"
+	case v.HostPath != nil:
+		return "hostPath"
+	}
+	return ""
+}
+
+// file is one file of a volume: a path relative to the volume and its
+// contents.
+type file struct {
+	path string
+	data []byte
+	mode int32
+}
+
+// setUp resolves the volume's sources and, on a real node, writes them.
+func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) error {
+	var files []file
+	var err error
+	switch {
+	case v.EmptyDir != nil, v.HostPath != nil:
+	case v.ConfigMap != nil:
+		files, err = m.configMapFiles(ctx, pod, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.Optional, ptr.Deref(v.ConfigMap.DefaultMode, corev1.ConfigMapVolumeSourceDefaultMode))
+	case v.Secret != nil:
+		files, err = m.secretFiles(ctx, pod, v.Secret.SecretName, v.Secret.Items, v.Secret.Optional, ptr.Deref(v.Secret.DefaultMode, corev1.SecretVolumeSourceDefaultMode))
+	case v.DownwardAPI != nil:
+		files, err = m.downwardAPIFiles(pod, v.DownwardAPI.Items, ptr.Deref(v.DownwardAPI.DefaultMode, corev1.DownwardAPIVolumeSourceDefaultMode))
+	case v.Projected != nil:
+		files, err = m.projectedFiles(ctx, pod, v.Projected)
+	default:
+		// Volumes backed by storage (persistentVolumeClaim, CSI, ...) are
+		// set up as empty directories: there is no storage to attach.
+	}
+	if err != nil || m.cfg.PodsDir == "" {
+		return err
+	}
+	if v.HostPath != nil {
+		return nil
+	}
+	return writeFiles(m.volumeDir(pod, v), files)
+}
+
+func (m *Manager) configMapFiles(ctx context.Context, pod *corev1.Pod, name string, items []corev1.KeyToPath, optional *bool, mode int32) ([]file, error) {
+	cm, err := m.cfg.Objects.ConfigMap(ctx, pod.Namespace, name)
+	if err != nil {
+		if apierrors.IsNotFound(err) && ptr.Deref(optional, false) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	data := make(map[string][]byte, len(cm.Data)+len(cm.BinaryData))
+	for k, v := range cm.Data {
+		data[k] = []byte(v)
+	}
+	for k, v := range cm.BinaryData {
+		data[k] = v
+	}
+	return keyFiles("configmap", data, items, optional, mode)
+}
+
+func (m *Manager) secretFiles(ctx context.Context, pod *corev1.Pod, name string, items []corev1.KeyToPath, optional *bool, mode int32) ([]file, error) {
+	s, err := m.cfg.Objects.Secret(ctx, pod.Namespace, name)
+	if err != nil {
+		if apierrors.IsNotFound(err) && ptr.Deref(optional, false) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return keyFiles("secret", s.Data, items, optional, mode)
+}
+
+// keyFiles projects an object's keys to files: all of them, or the items
+// listed, a missing listed key being the kubelet's error unless the source
+// is optional.
+func keyFiles(kind string, data map[string][]byte, items []corev1.KeyToPath, optional *bool, mode int32) ([]file, error) {
+	var files []file
+	if len(items) == 0 {
+		for k, v := range data {
+			files = append(files, file{path: k, data: v, mode: mode})
+		}
+		return files, nil
+	}
+	for _, it := range items {
+		v, ok := data[it.Key]
+		if !ok {
+			if ptr.Deref(optional, false) {
+				continue
+			}
+			return nil, fmt.Errorf("%s references non-existent config key: %s", kind, it.Key)
+		}
+		files = append(files, file{path: it.Path, data: v, mode: ptr.Deref(it.Mode, mode)})
+	}
+	return files, nil
+}
+
+func (m *Manager) downwardAPIFiles(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, mode int32) ([]file, error) {
+	files := make([]file, 0, len(items))
+	for _, it := range items {
+		var value string
+		var err error
+		switch {
+		case it.FieldRef != nil:
+			switch it.FieldRef.FieldPath {
+			case "metadata.labels":
+				value = fieldpath.FormatMap(pod.Labels)
+			case "metadata.annotations":
+				value = fieldpath.FormatMap(pod.Annotations)
+			default:
+				value, err = fieldpath.ExtractFieldPathAsString(pod, it.FieldRef.FieldPath)
+			}
+		case it.ResourceFieldRef != nil:
+			value, err = m.resourceValue(pod, it.ResourceFieldRef)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("downward API item %s: %w", it.Path, err)
+		}
+		files = append(files, file{path: it.Path, data: []byte(value), mode: ptr.Deref(it.Mode, mode)})
+	}
+	return files, nil
+}
+
+func (m *Manager) resourceValue(pod *corev1.Pod, ref *corev1.ResourceFieldSelector) (string, error) {
+	i := slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ref.ContainerName })
+	if i < 0 {
+		return "", fmt.Errorf("container %q not found in pod %s/%s", ref.ContainerName, pod.Namespace, pod.Name)
+	}
+	c := pod.Spec.Containers[i].DeepCopy()
+	if c.Resources.Limits == nil {
+		c.Resources.Limits = corev1.ResourceList{}
+	}
+	for name, q := range m.cfg.Allocatable {
+		if _, ok := c.Resources.Limits[name]; !ok {
+			c.Resources.Limits[name] = q
+		}
+	}
+	return resource.ExtractContainerResourceValue(ref, c)
+}
+
+func (m *Manager) projectedFiles(ctx context.Context, pod *corev1.Pod, p *corev1.ProjectedVolumeSource) ([]file, error) {
+	mode := ptr.Deref(p.DefaultMode, corev1.ProjectedVolumeSourceDefaultMode)
+	var files []file
+	for _, s := range p.Sources {
+		var more []file
+		var err error
+		switch {
+		case s.ServiceAccountToken != nil:
+			more, err = m.tokenFiles(ctx, pod, s.ServiceAccountToken, mode)
+		case s.ConfigMap != nil:
+			more, err = m.configMapFiles(ctx, pod, s.ConfigMap.Name, s.ConfigMap.Items, s.ConfigMap.Optional, mode)
+		case s.Secret != nil:
+			more, err = m.secretFiles(ctx, pod, s.Secret.Name, s.Secret.Items, s.Secret.Optional, mode)
+		case s.DownwardAPI != nil:
+			more, err = m.downwardAPIFiles(pod, s.DownwardAPI.Items, mode)
+		}
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, more...)
+	}
+	return files, nil
+}
+
+// tokenFiles asks the API server for the pod's bound service-account token,
+// as the kubelet's token manager does: the Node authorizer lets a node
+// request tokens only for the pods bound to it.
+func (m *Manager) tokenFiles(ctx context.Context, pod *corev1.Pod, src *corev1.ServiceAccountTokenProjection, mode int32) ([]file, error) {
+	var audiences []string
+	if src.Audience != "" {
+		audiences = []string{src.Audience}
+	}
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	tr, err := m.cfg.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			Audiences:         audiences,
+			ExpirationSeconds: ptr.To(ptr.Deref(src.ExpirationSeconds, 3600)),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("failed to fetch token: %w", err)
+	}
+	return []file{{path: src.Path, data: []byte(tr.Status.Token), mode: mode}}, nil
+}
+
+// writeFiles writes a volume's files. The kubelet's atomic writer swaps a
+// ..data symlink so that readers never see a half-updated volume; contents
+// written once, before any container starts, need no such care.
+func writeFiles(dir string, files []file) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		if filepath.IsAbs(f.path) || slices.Contains(strings.Split(f.path, "/"), "..") {
+			return fmt.Errorf("invalid path %q in volume", f.path)
+		}
+		p := filepath.Join(dir, f.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, f.data, os.FileMode(f.mode)&os.ModePerm); err != nil {
+			return err
+		}
+	}
+	return nil
+}

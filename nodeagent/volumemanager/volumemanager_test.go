@@ -1,0 +1,228 @@
+package volumemanager
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/fleetlet/fleetlet/nodeagent/objectcache"
+)
+
+type harness struct {
+	client *fake.Clientset
+	events *record.FakeRecorder
+	m      *Manager
+	tokens []*authenticationv1.TokenRequest
+}
+
+func newHarness(t *testing.T, podsDir string, objects ...runtime.Object) *harness {
+	h := &harness{client: fake.NewClientset(objects...), events: record.NewFakeRecorder(100)}
+	h.client.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "token" {
+			return false, nil, nil
+		}
+		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenRequest)
+		h.tokens = append(h.tokens, tr)
+		out := tr.DeepCopy()
+		out.Status.Token = "token-for-" + tr.Spec.BoundObjectRef.Name
+		return true, out, nil
+	})
+	// The cache's TTL is irrelevant here: every test object exists or not
+	// for the whole test, so a fixed clock is enough.
+	cache := objectcache.New(objectcache.Config{Client: h.client, Clock: clocktesting.NewFakePassiveClock(time.Unix(0, 0))})
+	h.m = New(Config{Client: h.client, Objects: cache, Events: h.events, PodsDir: podsDir})
+	return h
+}
+
+func (h *harness) drainEvents() []string {
+	var out []string
+	for {
+		select {
+		case e := <-h.events.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func testPod(volumes ...corev1.Volume) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "uid-1", Labels: map[string]string{"app": "web", "tier": "front"}},
+		Spec: corev1.PodSpec{
+			Volumes: volumes,
+			Containers: []corev1.Container{{
+				Name: "app",
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: volumes[0].Name, MountPath: "/etc/app", ReadOnly: true},
+				},
+			}},
+		},
+	}
+}
+
+func configMapVolume(name, cm string, optional bool) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: cm}, Optional: ptr.To(optional),
+	}}}
+}
+
+func TestMissingConfigMapHoldsThePodUntilItExists(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, "")
+	pod := testPod(configMapVolume("config", "app-config", false))
+
+	err := h.m.WaitForAttachAndMount(ctx, pod)
+	if err == nil || !strings.Contains(err.Error(), "unmounted volumes=[config]") {
+		t.Fatalf("err = %v, want the unmounted volume named", err)
+	}
+	events := h.drainEvents()
+	want := `Warning FailedMount MountVolume.SetUp failed for volume "config" : configmap "app-config" not found`
+	if len(events) != 1 || events[0] != want {
+		t.Errorf("events = %q, want [%q]", events, want)
+	}
+
+	if _, err := h.client.CoreV1().ConfigMaps("ns").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app-config"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatalf("once the ConfigMap exists: %v", err)
+	}
+	if events := h.drainEvents(); len(events) != 0 {
+		t.Errorf("events after mounting = %q, want none", events)
+	}
+}
+
+func TestOptionalSourcesAndMissingKeys(t *testing.T) {
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}, Data: map[string]string{"a": "1"}}
+	tests := []struct {
+		name    string
+		volume  corev1.Volume
+		wantErr string
+	}{
+		{"optional configMap missing", configMapVolume("v", "gone", true), ""},
+		{"optional secret missing", corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "gone", Optional: ptr.To(true)}}}, ""},
+		{"required secret missing", corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "gone"}}}, `secret "gone" not found`},
+		{"listed key missing", corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}, Items: []corev1.KeyToPath{{Key: "b", Path: "b"}},
+		}}}, "configmap references non-existent config key: b"},
+		{"listed key missing, optional", corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}, Items: []corev1.KeyToPath{{Key: "b", Path: "b"}}, Optional: ptr.To(true),
+		}}}, ""},
+		{"emptyDir", corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, "", cm)
+			err := h.m.WaitForAttachAndMount(ctx, testPod(tt.volume))
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("err = %v, want none", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("err = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestRealNodeWritesTheFiles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	h := newHarness(t, dir,
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": "CA"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "creds"}, Data: map[string][]byte{"password": []byte("pw")}},
+	)
+	pod := testPod(
+		corev1.Volume{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+		}}}},
+		corev1.Volume{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}},
+		corev1.Volume{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+			{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
+		}}}},
+	)
+	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "creds", MountPath: "/pw", SubPath: "password"})
+	if err := h.m.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(dir, "uid-1", "volumes")
+	for path, want := range map[string]string{
+		"kubernetes.io~projected/kube-api-access/token":     "token-for-web",
+		"kubernetes.io~projected/kube-api-access/ca.crt":    "CA",
+		"kubernetes.io~projected/kube-api-access/namespace": "ns",
+		"kubernetes.io~secret/creds/password":               "pw",
+		"kubernetes.io~downward-api/info/labels":            "app=\"web\"\ntier=\"front\"",
+	} {
+		got, err := os.ReadFile(filepath.Join(base, path))
+		if err != nil || string(got) != want {
+			t.Errorf("%s = %q, %v; want %q", path, got, err, want)
+		}
+	}
+	if len(h.tokens) != 1 || h.tokens[0].Spec.BoundObjectRef.UID != "uid-1" || *h.tokens[0].Spec.ExpirationSeconds != 3607 {
+		t.Errorf("token requests = %+v, want one bound to the pod for 3607 s", h.tokens)
+	}
+
+	mounts, err := h.m.Mounts(pod, &pod.Spec.Containers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mounts) != 2 || mounts[0].HostPath != filepath.Join(base, "kubernetes.io~projected/kube-api-access") || !mounts[0].Readonly ||
+		mounts[1].HostPath != filepath.Join(base, "kubernetes.io~secret/creds/password") || mounts[1].ContainerPath != "/pw" {
+		t.Errorf("mounts = %v", mounts)
+	}
+
+	// A second sync fetches nothing again.
+	if err := h.m.WaitForAttachAndMount(ctx, pod); err != nil || len(h.tokens) != 1 {
+		t.Errorf("second sync: err %v, %d token requests; want none more", err, len(h.tokens))
+	}
+	if err := h.m.CleanupPod(pod.UID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "uid-1")); !os.IsNotExist(err) {
+		t.Errorf("pod directory still there after CleanupPod: %v", err)
+	}
+}
+
+func TestEmulatedNodeWritesNothing(t *testing.T) {
+	h := newHarness(t, "", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}, Data: map[string]string{"a": "1"}})
+	pod := testPod(configMapVolume("config", "cfg", false))
+	if err := h.m.WaitForAttachAndMount(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	mounts, err := h.m.Mounts(pod, &pod.Spec.Containers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(DefaultPodsDir, "uid-1", "volumes", "kubernetes.io~configmap", "config")
+	if len(mounts) != 1 || mounts[0].HostPath != want {
+		t.Errorf("mounts = %v, want one at %s", mounts, want)
+	}
+	if _, err := os.Stat(want); !os.IsNotExist(err) {
+		t.Errorf("an emulated node wrote %s", want)
+	}
+}
+
+func TestSubPathMustStayInsideTheVolume(t *testing.T) {
+	h := newHarness(t, "")
+	pod := testPod(corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	pod.Spec.Containers[0].VolumeMounts[0].SubPath = "../../etc"
+	if _, err := h.m.Mounts(pod, &pod.Spec.Containers[0]); err == nil {
+		t.Error("a subPath with .. was accepted")
+	}
+}
