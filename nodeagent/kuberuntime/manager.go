@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,10 +42,27 @@ type Config struct {
 	// MaxParallelImagePulls bounds concurrent pulls when they are not
 	// serialized; 0 means no bound, as the kubelet's nil.
 	MaxParallelImagePulls int32
-	// NetworkHook runs an httpGet or tcpSocket lifecycle handler of a
+	// NetworkHook runs an httpGet lifecycle handler of a
 	// container within timeout; nil means there is nothing to reach (an
 	// emulated node), and such a hook succeeds at once.
 	NetworkHook func(ctx context.Context, pod *corev1.Pod, c *corev1.Container, h *corev1.LifecycleHandler, timeout time.Duration) error
+	// ContainerOptions resolves a container's environment (valueFrom,
+	// envFrom) and volume mounts, as the kubelet's
+	// GenerateRunContainerOptions does; nil keeps the literal env values and
+	// mounts nothing.
+	ContainerOptions func(ctx context.Context, pod *corev1.Pod, c *corev1.Container) (*RunContainerOptions, error)
+	// MemoryCapacity is the node's memory in bytes, which ranks burstable
+	// containers' OOM score adjustments as on the kubelet.
+	MemoryCapacity int64
+	// Host is set when the runtime is real; nil (an emulated node) keeps
+	// the manager off the host's disk and cgroups.
+	Host *Host
+}
+
+// RunContainerOptions is what ContainerOptions resolved for one container.
+type RunContainerOptions struct {
+	Envs   []*runtimeapi.KeyValue
+	Mounts []*runtimeapi.Mount
 }
 
 // The kubelet's back-off for restarting crashed containers and for pulling
@@ -166,6 +185,13 @@ func (m *Manager) SyncPod(ctx context.Context, pod *corev1.Pod, status *PodStatu
 	var sandboxConfig *runtimeapi.PodSandboxConfig
 	if actions.CreateSandbox {
 		sandboxConfig = m.sandboxConfig(pod, actions.Attempt)
+		if m.cfg.Host != nil {
+			// The kubelet makes the directory: runtimes write container logs
+			// into it but do not create it.
+			if err := os.MkdirAll(sandboxConfig.LogDirectory, 0o755); err != nil {
+				return fmt.Errorf("creating the log directory of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+			}
+		}
 		id, err := m.cfg.Runtime.RunPodSandbox(ctx, sandboxConfig, "")
 		if err != nil {
 			m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
@@ -291,7 +317,14 @@ func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 	if err != nil {
 		return err
 	}
-	config := m.containerConfig(pod, c, imageRef, attempt)
+	config, err := m.containerConfig(ctx, pod, c, imageRef, attempt)
+	if err != nil {
+		// The kubelet's ErrCreateContainerConfig: the next sync tries again,
+		// with no back-off of its own.
+		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "Failed", "Error: %v", err)
+		m.setWaiting(pod.UID, c.Name, "CreateContainerConfigError", err.Error())
+		return &BackoffError{Err: fmt.Errorf("container %s of pod %s/%s: %w", c.Name, pod.Namespace, pod.Name, err)}
+	}
 	id, err := m.cfg.Runtime.CreateContainer(ctx, sandboxID, config, sandboxConfig)
 	if err != nil {
 		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "Failed", "Error: %v", err)
@@ -306,6 +339,11 @@ func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 	}
 	m.cfg.Events.Eventf(pod, corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
 	m.clearWaiting(pod.UID, c.Name)
+	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
+		if err := m.runPostStart(ctx, pod, c, id); err != nil {
+			return err
+		}
+	}
 	if prev != nil {
 		for _, old := range status.Containers {
 			if old.Name == c.Name && old.ID != prev.ID {
@@ -394,6 +432,9 @@ func (m *Manager) runPreStopHook(ctx context.Context, pod *corev1.Pod, c *Contai
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
+	case hook.TCPSocket != nil:
+		// Kept in the API for compatibility; the kubelet fails it.
+		err = fmt.Errorf("invalid handler: %v", strings.TrimSpace(hook.String()))
 	case m.cfg.NetworkHook != nil:
 		err = m.cfg.NetworkHook(ctx, pod, spec, hook, budget)
 	}
@@ -428,6 +469,9 @@ func (m *Manager) RemovePod(ctx context.Context, status *PodStatus) error {
 			err = errors.Join(err, fmt.Errorf("removing sandbox %s of pod %s: %w", sb.Id, status.UID, rmErr))
 		}
 	}
+	if m.cfg.Host != nil && err == nil {
+		err = errors.Join(m.cfg.Host.removePodCgroups(status.UID), m.cfg.Host.removePodLogs(status.UID))
+	}
 	return err
 }
 
@@ -443,12 +487,13 @@ func (m *Manager) sandboxConfig(pod *corev1.Pod, attempt uint32) *runtimeapi.Pod
 		// kubelet does not set one for host-network pods.
 		hostname = ""
 	}
-	return &runtimeapi.PodSandboxConfig{
+	config := &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{
 			Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID), Attempt: attempt,
 		},
 		Hostname:     hostname,
-		LogDirectory: filepath.Join(podLogsRootDirectory, fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID)),
+		LogDirectory: podLogDir(m.cfg.Host.podLogsDir(), pod),
+		DnsConfig:    dnsConfig(pod),
 		Labels:       podLabels(pod),
 		Annotations:  pod.Annotations,
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
@@ -457,13 +502,27 @@ func (m *Manager) sandboxConfig(pod *corev1.Pod, attempt uint32) *runtimeapi.Pod
 			},
 		},
 	}
+	if m.cfg.Host != nil {
+		config.Linux.CgroupParent = podCgroupParent(m.cfg.Host.CgroupRoot, pod)
+	}
+	return config
 }
 
-func (m *Manager) containerConfig(pod *corev1.Pod, c *corev1.Container, imageRef string, attempt uint32) *runtimeapi.ContainerConfig {
-	envs := make([]*runtimeapi.KeyValue, 0, len(c.Env))
-	for _, e := range c.Env {
-		if e.ValueFrom == nil {
-			envs = append(envs, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
+func (m *Manager) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1.Container, imageRef string, attempt uint32) (*runtimeapi.ContainerConfig, error) {
+	var envs []*runtimeapi.KeyValue
+	var mounts []*runtimeapi.Mount
+	if m.cfg.ContainerOptions != nil {
+		opts, err := m.cfg.ContainerOptions(ctx, pod, c)
+		if err != nil {
+			return nil, err
+		}
+		envs, mounts = opts.Envs, opts.Mounts
+	} else {
+		envs = make([]*runtimeapi.KeyValue, 0, len(c.Env))
+		for _, e := range c.Env {
+			if e.ValueFrom == nil {
+				envs = append(envs, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
+			}
 		}
 	}
 	return &runtimeapi.ContainerConfig{
@@ -473,10 +532,21 @@ func (m *Manager) containerConfig(pod *corev1.Pod, c *corev1.Container, imageRef
 		Args:        c.Args,
 		WorkingDir:  c.WorkingDir,
 		Envs:        envs,
+		Mounts:      mounts,
 		Labels:      containerLabels(pod, c.Name),
 		Annotations: map[string]string{annotationRestarts: strconv.Itoa(int(attempt))},
 		LogPath:     filepath.Join(c.Name, fmt.Sprintf("%d.log", attempt)),
+		Linux:       &runtimeapi.LinuxContainerConfig{Resources: linuxResources(pod, c, m.cfg.MemoryCapacity, m.minOOMScoreAdj())},
+	}, nil
+}
+
+// minOOMScoreAdj is the lowest OOM score adjustment the runtime can set:
+// the fake has no floor below the kubelet's own values.
+func (m *Manager) minOOMScoreAdj() int64 {
+	if m.cfg.Host == nil {
+		return guaranteedOOMScoreAdj
 	}
+	return m.cfg.Host.MinOOMScoreAdj
 }
 
 // UID returns the pod UID a sandbox or container belongs to, from its labels.

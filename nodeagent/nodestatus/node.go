@@ -4,6 +4,7 @@
 package nodestatus
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"net"
@@ -13,8 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// KubeletPort is where a node's kubelet API listens, advertised in
-// status.daemonEndpoints; every emulated node has its own IP, so all share it.
+// KubeletPort is where a node's kubelet API listens by default, advertised
+// in status.daemonEndpoints; every emulated node has its own IP, so all
+// share it.
 const KubeletPort = 10250
 
 // Identity is what a node says about itself and does not change while it runs.
@@ -24,6 +26,9 @@ type Identity struct {
 	Labels   map[string]string
 	Taints   []corev1.Taint
 	Capacity corev1.ResourceList
+	// KubeletPort is the port advertised in status.daemonEndpoints; 0 means
+	// KubeletPort.
+	KubeletPort int32
 	// Reserved is subtracted from Capacity to give Allocatable, as
 	// systemReserved and kubeReserved do on a real kubelet.
 	Reserved corev1.ResourceList
@@ -33,10 +38,14 @@ type Identity struct {
 	RuntimeVersion string
 }
 
-// RuntimeState is what the last CRI Status call said about the runtime.
+// RuntimeState is what the last CRI Status call said about the runtime,
+// and what the eviction manager says about the node's resources.
 type RuntimeState struct {
 	Ready   bool
 	Message string
+	// MemoryPressure, DiskPressure and PIDPressure are the eviction
+	// manager's node conditions.
+	MemoryPressure, DiskPressure, PIDPressure bool
 }
 
 // InitialNode is the object the agent creates to register, as the kubelet's
@@ -78,7 +87,7 @@ func SetStatus(node *corev1.Node, id Identity, rt RuntimeState, now time.Time) {
 		{Type: corev1.NodeInternalIP, Address: id.IP.String()},
 		{Type: corev1.NodeHostName, Address: id.Name},
 	}
-	st.DaemonEndpoints = corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: KubeletPort}}
+	st.DaemonEndpoints = corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: cmp.Or(id.KubeletPort, KubeletPort)}}
 	st.NodeInfo = nodeInfo(id)
 
 	ready := corev1.NodeCondition{
@@ -88,17 +97,29 @@ func SetStatus(node *corev1.Node, id Identity, rt RuntimeState, now time.Time) {
 	if !rt.Ready {
 		ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "KubeletNotReady", rt.Message
 	}
-	// The pressure conditions stay False until the eviction manager exists
-	// (issue 4); their reasons and messages are the kubelet's.
+	// The reasons and messages are the kubelet's.
 	conds := []corev1.NodeCondition{
-		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory", Message: "kubelet has sufficient memory available"},
-		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", Message: "kubelet has no disk pressure"},
-		{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID", Message: "kubelet has sufficient PID available"},
+		pressure(corev1.NodeMemoryPressure, rt.MemoryPressure,
+			"KubeletHasInsufficientMemory", "kubelet has insufficient memory available",
+			"KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+		pressure(corev1.NodeDiskPressure, rt.DiskPressure,
+			"KubeletHasDiskPressure", "kubelet has disk pressure",
+			"KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+		pressure(corev1.NodePIDPressure, rt.PIDPressure,
+			"KubeletHasInsufficientPID", "kubelet has insufficient PID available",
+			"KubeletHasSufficientPID", "kubelet has sufficient PID available"),
 		ready,
 	}
 	for _, c := range conds {
 		setCondition(st, c, now)
 	}
+}
+
+func pressure(t corev1.NodeConditionType, on bool, onReason, onMessage, offReason, offMessage string) corev1.NodeCondition {
+	if on {
+		return corev1.NodeCondition{Type: t, Status: corev1.ConditionTrue, Reason: onReason, Message: onMessage}
+	}
+	return corev1.NodeCondition{Type: t, Status: corev1.ConditionFalse, Reason: offReason, Message: offMessage}
 }
 
 // setCondition replaces or appends c, stamping the heartbeat with now and

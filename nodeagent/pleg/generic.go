@@ -10,6 +10,7 @@ import (
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	kubelettypes "k8s.io/kubelet/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
@@ -43,6 +44,9 @@ type Generic struct {
 	clock   clock.WithTicker
 	period  time.Duration
 	events  chan *Event
+	// relistRequests are pods to relist before the next period, asked for
+	// by the evented PLEG when one of their containers stops.
+	relistRequests chan types.UID
 
 	// last maps pod UID to its containers' states at the previous relist.
 	last map[types.UID]map[string]containerState
@@ -55,8 +59,9 @@ type Generic struct {
 func NewGeneric(runtime internalapi.RuntimeService, clk clock.WithTicker, period time.Duration) *Generic {
 	return &Generic{
 		runtime: runtime, clock: clk, period: period,
-		events: make(chan *Event, channelCapacity),
-		last:   map[types.UID]map[string]containerState{},
+		events:         make(chan *Event, channelCapacity),
+		relistRequests: make(chan types.UID, channelCapacity),
+		last:           map[types.UID]map[string]containerState{},
 	}
 }
 
@@ -85,12 +90,50 @@ func (g *Generic) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case uid := <-g.relistRequests:
+			if err := g.RelistPod(ctx, uid); err != nil && ctx.Err() == nil {
+				klog.FromContext(ctx).V(2).Info("GenericPLEG: unable to relist pod", "podUID", uid, "err", err)
+			}
+			continue
 		case <-ticker.C():
 		}
 		if err := g.Relist(ctx); err != nil && ctx.Err() == nil {
 			klog.FromContext(ctx).V(2).Info("GenericPLEG: unable to relist", "err", err)
 		}
 	}
+}
+
+// RequestRelist asks for one pod to be relisted now rather than at the next
+// period, as the kubelet's PLEGOnDemandRelist does; a full queue drops the
+// request, which the next periodic relist makes good.
+func (g *Generic) RequestRelist(ctx context.Context, uid types.UID) {
+	select {
+	case g.relistRequests <- uid:
+	default:
+		klog.FromContext(ctx).Error(nil, "Relist request channel full; dropping relist request", "podUID", uid)
+	}
+}
+
+// RelistPod lists one pod's containers and emits an event for each whose
+// state changed since it was last seen.
+func (g *Generic) RelistPod(ctx context.Context, uid types.UID) error {
+	containers, err := g.runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{
+		LabelSelector: map[string]string{kubelettypes.KubernetesPodUIDLabel: string(uid)},
+	})
+	if err != nil {
+		return fmt.Errorf("listing containers of pod %s: %w", uid, err)
+	}
+	now := make(map[string]containerState, len(containers))
+	for _, c := range containers {
+		now[c.Id] = convertState(c.State)
+	}
+	g.diff(ctx, uid, g.last[uid], now)
+	if len(now) == 0 {
+		delete(g.last, uid)
+	} else {
+		g.last[uid] = now
+	}
+	return nil
 }
 
 // Relist lists the runtime once and emits an event for every container whose
@@ -117,26 +160,27 @@ func (g *Generic) Relist(ctx context.Context) error {
 		current[uid][c.Id] = convertState(c.State)
 	}
 	for uid, now := range current {
-		before := g.last[uid]
-		for id, st := range now {
-			g.emit(ctx, uid, id, before[id], st)
-		}
-		for id, st := range before {
-			if _, ok := now[id]; !ok {
-				g.emit(ctx, uid, id, st, stateNonExistent)
-			}
-		}
+		g.diff(ctx, uid, g.last[uid], now)
 	}
 	for uid, before := range g.last {
-		if _, ok := current[uid]; ok {
-			continue
-		}
-		for id, st := range before {
-			g.emit(ctx, uid, id, st, stateNonExistent)
+		if _, ok := current[uid]; !ok {
+			g.diff(ctx, uid, before, nil)
 		}
 	}
 	g.last = current
 	return nil
+}
+
+// diff emits the events that take a pod's containers from before to now.
+func (g *Generic) diff(ctx context.Context, uid types.UID, before, now map[string]containerState) {
+	for id, st := range now {
+		g.emit(ctx, uid, id, before[id], st)
+	}
+	for id, st := range before {
+		if _, ok := now[id]; !ok {
+			g.emit(ctx, uid, id, st, stateNonExistent)
+		}
+	}
 }
 
 func (g *Generic) emit(ctx context.Context, uid types.UID, id string, from, to containerState) {

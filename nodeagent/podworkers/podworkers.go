@@ -136,6 +136,17 @@ func (p *PodWorkers) IsTerminated(uid types.UID) bool {
 	return ok && w.state == terminated
 }
 
+// Finished returns a channel closed once the pod's worker has terminated
+// the pod (or stopped with the node), or nil if the pod has no worker.
+func (p *PodWorkers) Finished(uid types.UID) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w, ok := p.workers[uid]; ok {
+		return w.finished
+	}
+	return nil
+}
+
 // SyncAt asks for another sync of the pod at the given time, for work that
 // is due then, such as an active deadline.
 func (p *PodWorkers) SyncAt(uid types.UID, at time.Time) {

@@ -133,6 +133,11 @@ func Generate(in Input) corev1.PodStatus {
 	if sc := findCondition(pod.Status.Conditions, corev1.PodScheduled); sc != nil {
 		conds = append(conds, *sc)
 	}
+	// The kubelet keeps a DisruptionTarget condition once set, by its own
+	// eviction manager or by the API server's eviction.
+	if dt := findCondition(prev.Conditions, corev1.DisruptionTarget); dt != nil {
+		conds = append(conds, *dt)
+	}
 	st.Conditions = conds
 	return st
 }

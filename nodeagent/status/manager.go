@@ -225,8 +225,15 @@ func mergeStatus(api, ours corev1.PodStatus) corev1.PodStatus {
 			out.Conditions = append(out.Conditions, c)
 		}
 	}
+	// A DisruptionTarget the kubelet set (its eviction) goes out with the
+	// terminal phase, as the kubelet's mergePodStatus sends it; otherwise
+	// the API server's stands.
+	ownDisruption := findCondition(ours.Conditions, corev1.DisruptionTarget)
+	if ownDisruption != nil {
+		out.Conditions = append(out.Conditions, *ownDisruption)
+	}
 	for _, c := range api.Conditions {
-		if !kubeletOwned(c.Type) {
+		if !kubeletOwned(c.Type) && (ownDisruption == nil || c.Type != corev1.DisruptionTarget) {
 			out.Conditions = append(out.Conditions, c)
 		}
 	}
