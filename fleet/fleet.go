@@ -25,6 +25,7 @@ import (
 
 	"github.com/fleetlet/fleetlet/nodeagent"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
+	"github.com/fleetlet/fleetlet/nodeagent/server"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -45,7 +46,10 @@ type Runtime struct {
 	Images  internalapi.ImageManagerService
 	// Prober answers the node's network probes; nil probes the pods for real.
 	Prober prober.NetworkRunner
-	Close  func() error
+	// Logs reads the node's container logs for the kubelet API; nil reads
+	// the CRI log files a real runtime writes.
+	Logs  nodeagent.LogReader
+	Close func() error
 }
 
 // Config describes a fleet.
@@ -73,6 +77,27 @@ type Config struct {
 	Seed uint64
 	// Metrics, if set, counts the fleet's agents.
 	Metrics *Metrics
+	// WatchMode is WatchPerNode (the default) or WatchShared.
+	WatchMode string
+	// SharedClientConfig is the identity of the fleet's shared clients: the
+	// shared informers (which list every bound pod and every Node, which a
+	// node's own identity may not) and the kubelet API's TokenReviews and
+	// SubjectAccessReviews. Required with WatchShared or KubeletAPI.
+	SharedClientConfig *rest.Config
+	// KubeletAPI, if set, has every agent serve the kubelet API on its IP.
+	KubeletAPI *KubeletAPIConfig
+}
+
+// KubeletAPIConfig is how a fleet's agents serve the kubelet API: one
+// serving certificate and one authenticator and authorizer for them all.
+type KubeletAPIConfig struct {
+	// Port is each agent's kubelet port; 0 takes any free port, which the
+	// agent advertises in its Node's daemonEndpoints.
+	Port int
+	// ClientCAPEM is the CA whose client certificates the kubelet API
+	// trusts, as the kubelet's --client-ca-file: the API server's
+	// kubelet-client certificate must chain to it.
+	ClientCAPEM []byte
 }
 
 // defaultFirstIP leaves 127.0.0.1 to the control plane.
@@ -89,8 +114,10 @@ type Member struct {
 
 // Fleet is a set of agents sharing one process.
 type Fleet struct {
-	cfg     Config
-	members []*Member
+	cfg       Config
+	members   []*Member
+	informers *SharedInformers
+	serving   *nodeagent.ServingConfig
 }
 
 // New builds every agent of the fleet; nothing talks to the API server yet.
@@ -111,6 +138,48 @@ func New(cfg Config) (*Fleet, error) {
 		return nil, errors.New("fleet: ClientConfig and NewRuntime must be set")
 	}
 	f := &Fleet{cfg: cfg}
+	sharedClient := func(userAgent string) (kubernetes.Interface, error) {
+		if cfg.SharedClientConfig == nil {
+			return nil, errors.New("fleet: SharedClientConfig is not set; the shared watch mode and the kubelet API need an identity that may list every pod and node and review tokens")
+		}
+		restCfg := rest.CopyConfig(cfg.SharedClientConfig)
+		restCfg.UserAgent = userAgent
+		restCfg.ContentType = "application/vnd.kubernetes.protobuf"
+		if cfg.WrapTransport != nil {
+			restCfg.Wrap(cfg.WrapTransport)
+		}
+		return kubernetes.NewForConfig(restCfg)
+	}
+	switch cfg.WatchMode {
+	case "", WatchPerNode:
+	case WatchShared:
+		client, err := sharedClient("fleetlet/shared-informers")
+		if err != nil {
+			return nil, err
+		}
+		f.informers = NewSharedInformers(client)
+	default:
+		return nil, fmt.Errorf("fleet: unknown watch mode %q; use %q or %q", cfg.WatchMode, WatchPerNode, WatchShared)
+	}
+	if api := cfg.KubeletAPI; api != nil {
+		client, err := sharedClient("fleetlet/kubelet-auth")
+		if err != nil {
+			return nil, err
+		}
+		authn, authz, err := server.NewDelegatingAuth(client, api.ClientCAPEM)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: kubelet API authentication: %w", err)
+		}
+		// One certificate for every node, naming none of their IPs: a
+		// certificate listing thousands of IPs would be sent in every
+		// handshake, and the API server does not verify kubelets' serving
+		// certificates unless it is given --kubelet-certificate-authority.
+		cert, err := server.SelfSignedCert(nil, []string{"fleetlet-kubelet"}, cfg.Clock.Now())
+		if err != nil {
+			return nil, fmt.Errorf("fleet: kubelet serving certificate: %w", err)
+		}
+		f.serving = &nodeagent.ServingConfig{Port: api.Port, Cert: cert, Authenticator: authn, Authorizer: authz}
+	}
 	ip := cfg.FirstIP
 	for _, pool := range cfg.Pools {
 		for i := range pool.Count {
@@ -164,11 +233,15 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error
 	if err != nil {
 		return nil, fmt.Errorf("fleet: CRI endpoint for node %s: %w", name, err)
 	}
-	agent, err := nodeagent.New(nodeagent.Config{
+	agentCfg := nodeagent.Config{
 		NodeName: name, NodeIP: ip, Capacity: pool.Capacity, Labels: withPoolLabel(pool), Taints: pool.Taints,
-		Kubelet: kc, Client: client, Runtime: rt.Runtime, Images: rt.Images, NetworkProber: rt.Prober,
-		Recorder: f.cfg.Recorder, Clock: f.cfg.Clock,
-	})
+		Kubelet: kc, Client: client, Runtime: rt.Runtime, Images: rt.Images, NetworkProber: rt.Prober, Logs: rt.Logs,
+		Recorder: f.cfg.Recorder, Clock: f.cfg.Clock, Serving: f.serving,
+	}
+	if f.informers != nil {
+		agentCfg.Informers = f.informers
+	}
+	agent, err := nodeagent.New(agentCfg)
 	if err != nil {
 		if rt.Close != nil {
 			_ = rt.Close()
@@ -216,6 +289,10 @@ func (f *Fleet) Run(ctx context.Context) error {
 		mu   sync.Mutex
 		errs []error
 	)
+	if f.informers != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); f.informers.Run(ctx) }()
+	}
 	for _, m := range f.members {
 		delay := time.Duration(0)
 		if f.cfg.StartJitter > 0 {

@@ -1,9 +1,14 @@
 package loadprofiles
 
 import (
+	"bytes"
+	"encoding/json"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
+	sigsjson "sigs.k8s.io/json"
 
 	"github.com/fleetlet/fleetlet/reports"
 )
@@ -19,6 +24,10 @@ type Profile struct {
 	NodePools []NodePool `json:"nodePools"`
 	// Runtime holds the fake runtime's default behaviour for every node.
 	Runtime RuntimeBehaviour `json:"runtime"`
+	// WatchMode is how agents watch their pods and Node: "per-node" (the
+	// default: each agent its own watches, as kubelets) or "shared" (one
+	// informer of the fleet's, fanned out by node). --watch-mode overrides.
+	WatchMode string `json:"watchMode,omitempty"`
 	// Phases run one after the other; the run stops at the first error.
 	Phases []Phase `json:"phases"`
 	// SLOs are the thresholds the run is judged by; a zero field keeps the
@@ -72,6 +81,52 @@ type NodePool struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// Taints are registered with each node, as --register-with-taints does.
 	Taints []corev1.Taint `json:"taints,omitempty"`
+	// EphemeralStorage is each node's root filesystem size (nodefs, which
+	// images share); default 100Gi.
+	EphemeralStorage resource.Quantity `json:"ephemeralStorage,omitempty"`
+	// Kubelet overrides the kubelet's settings on the pool's nodes, under
+	// KubeletConfiguration's own field names: evictionHard, evictionSoft,
+	// evictionPressureTransitionPeriod, imageGCHighThresholdPercent, ...
+	// A field left out keeps the kubelet's default.
+	Kubelet *KubeletOverrides `json:"kubelet,omitempty"`
+}
+
+// KubeletOverrides are a pool's kubelet settings as the profile writes
+// them. Only the fields given override the kubelet's defaults: a decoded
+// KubeletConfiguration could not tell "0s" from absent.
+type KubeletOverrides struct {
+	raw json.RawMessage
+}
+
+// UnmarshalJSON keeps the settings as written, after checking that they are
+// a KubeletConfiguration: unknown fields are errors.
+func (k *KubeletOverrides) UnmarshalJSON(b []byte) error {
+	var kc kubeletconfig.KubeletConfiguration
+	strictErrs, err := sigsjson.UnmarshalStrict(b, &kc)
+	if err != nil {
+		return err
+	}
+	if len(strictErrs) > 0 {
+		return utilerrors.NewAggregate(strictErrs)
+	}
+	k.raw = bytes.Clone(b)
+	return nil
+}
+
+// MarshalJSON writes the settings as written.
+func (k KubeletOverrides) MarshalJSON() ([]byte, error) {
+	if k.raw == nil {
+		return []byte("{}"), nil
+	}
+	return k.raw, nil
+}
+
+// ApplyTo sets the given settings on kc, leaving the others as they are.
+func (k *KubeletOverrides) ApplyTo(kc *kubeletconfig.KubeletConfiguration) error {
+	if k == nil || k.raw == nil {
+		return nil
+	}
+	return json.Unmarshal(k.raw, kc)
 }
 
 // RuntimeBehaviour is the fake runtime's default timing for every node, in

@@ -266,7 +266,7 @@ func TestValidateReportsEveryProblemOnItsOwnLine(t *testing.T) {
 }
 
 func TestBuiltins(t *testing.T) {
-	if got, want := strings.Join(BuiltinNames(), ","), "churn,density,heartbeat,lifecycle,quickstart,scheduler-throughput,smoke,sweep"; got != want {
+	if got, want := strings.Join(BuiltinNames(), ","), "churn,density,eviction-storm,heartbeat,lifecycle,quickstart,scheduler-throughput,smoke,sweep"; got != want {
 		t.Fatalf("BuiltinNames = %s, want %s", got, want)
 	}
 	for _, name := range BuiltinNames() {
@@ -381,7 +381,7 @@ func TestBuiltinShapes(t *testing.T) {
 
 func TestLoadUnknownName(t *testing.T) {
 	_, err := Load("nosuch")
-	want := `unknown profile "nosuch": the built-in profiles are churn, density, heartbeat, lifecycle, quickstart, scheduler-throughput, smoke, sweep; a path to a YAML profile works too`
+	want := `unknown profile "nosuch": the built-in profiles are churn, density, eviction-storm, heartbeat, lifecycle, quickstart, scheduler-throughput, smoke, sweep; a path to a YAML profile works too`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load(nosuch) error:\n got: %v\nwant: %s", err, want)
 	}

@@ -20,6 +20,13 @@ import (
 //	nodePools[0].count: Invalid value: -1: must be greater than zero
 //
 // The error unwraps to the individual *field.Error values.
+// The watch modes a profile may ask for; the fleet package defines what
+// they do (loadprofiles does not import it).
+const (
+	WatchPerNode = "per-node"
+	WatchShared  = "shared"
+)
+
 func (p *Profile) Validate() error {
 	var errs field.ErrorList
 	if p.Name == "" {
@@ -27,6 +34,9 @@ func (p *Profile) Validate() error {
 	}
 	errs = append(errs, validatePools(p.NodePools, field.NewPath("nodePools"))...)
 	errs = append(errs, validateRuntime(&p.Runtime, field.NewPath("runtime"))...)
+	if p.WatchMode != "" && p.WatchMode != WatchPerNode && p.WatchMode != WatchShared {
+		errs = append(errs, field.NotSupported(field.NewPath("watchMode"), p.WatchMode, []string{WatchPerNode, WatchShared}))
+	}
 	if p.Sweep != nil {
 		errs = append(errs, validateSweep(p.Sweep, field.NewPath("sweep"))...)
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"net"
 	"sync"
 	"time"
 
@@ -32,12 +33,18 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fleetlet/fleetlet/nodeagent/admission"
+	"github.com/fleetlet/fleetlet/nodeagent/containergc"
+	"github.com/fleetlet/fleetlet/nodeagent/eviction"
+	"github.com/fleetlet/fleetlet/nodeagent/images"
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
 	"github.com/fleetlet/fleetlet/nodeagent/nodestatus"
+	"github.com/fleetlet/fleetlet/nodeagent/objectcache"
 	"github.com/fleetlet/fleetlet/nodeagent/pleg"
 	"github.com/fleetlet/fleetlet/nodeagent/podworkers"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
+	"github.com/fleetlet/fleetlet/nodeagent/stats"
 	"github.com/fleetlet/fleetlet/nodeagent/status"
+	"github.com/fleetlet/fleetlet/nodeagent/volumemanager"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -77,8 +84,18 @@ type Agent struct {
 	pleg        *pleg.Generic
 	probes      *prober.Manager
 	workers     *podworkers.PodWorkers
-	events      record.EventRecorder
-	nodeLister  cache.Indexer
+	volumes     *volumemanager.Manager
+	stats       *stats.Provider
+	eviction    *eviction.Manager
+	imageGC     *images.Manager
+	containerGC *containergc.Manager
+	// sourcesReady reports whether the pod informer has listed once: until
+	// then a pod unknown to the agent may yet appear, and container GC
+	// keeps what it does not know.
+	sourcesReady func() bool
+	objects      *objectcache.Cache
+	events       record.EventRecorder
+	nodeLister   cache.Indexer
 
 	mu      sync.Mutex
 	pods    map[types.UID]*corev1.Pod
@@ -122,7 +139,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	runtimeConfig := kuberuntime.Config{
 		Runtime: cfg.Runtime, Images: cfg.Images, Events: events, Recorder: cfg.Recorder, Clock: cfg.Clock,
 		SerializeImagePulls: ptr.Deref(kc.SerializeImagePulls, true), MaxParallelImagePulls: ptr.Deref(kc.MaxParallelImagePulls, 0),
+		MemoryCapacity: cfg.Capacity.Memory().Value(), Host: cfg.Host,
 	}
+	a.objects = objectcache.New(objectcache.Config{Client: cfg.Client, Clock: cfg.Clock})
+	a.volumes = volumemanager.New(volumemanager.Config{
+		Client: cfg.Client, Objects: a.objects, Events: events, PodsDir: cfg.PodsDir, Allocatable: cfg.Capacity,
+	})
+	runtimeConfig.ContainerOptions = a.containerOptions
 	if cfg.NetworkProber == nil {
 		// A real node: httpGet and tcpSocket hooks reach the pod, as probes do.
 		runtimeConfig.NetworkHook = networkHook(prober.NewHTTPRunner(nil))
@@ -143,9 +166,23 @@ func (a *Agent) Run(ctx context.Context) error {
 	if _, ok := capacity[corev1.ResourcePods]; !ok {
 		capacity[corev1.ResourcePods] = *resourceQuantity(int64(kc.MaxPods))
 	}
+	if err := a.newResourceManagers(capacity, events); err != nil {
+		return err
+	}
+
+	var kubeletAPI net.Listener
+	var kubeletPort int32
+	if cfg.Serving != nil {
+		if kubeletAPI, err = a.listenKubeletAPI(); err != nil {
+			return err
+		}
+		defer func() { _ = kubeletAPI.Close() }()
+		kubeletPort = int32(kubeletAPI.Addr().(*net.TCPAddr).Port)
+	}
 	nodeStatus := nodestatus.NewManager(nodestatus.Config{
 		Identity: nodestatus.Identity{
 			Name: cfg.NodeName, IP: cfg.NodeIP, Labels: cfg.Labels, Taints: cfg.Taints, Capacity: capacity,
+			KubeletPort:    kubeletPort,
 			KubeletVersion: KubeletVersion, RuntimeVersion: ver.RuntimeName + "://" + ver.RuntimeVersion,
 		},
 		Client:          cfg.Client,
@@ -168,11 +205,24 @@ func (a *Agent) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); f(ctx) }()
 	}
 
-	nodeInformer := a.newNodeInformer()
-	a.nodeLister = nodeInformer.GetIndexer()
-	goRun(nodeInformer.RunWithContext)
-	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.HasSynced) {
-		return ctx.Err()
+	if shared := cfg.Informers; shared != nil {
+		if !cache.WaitForCacheSync(ctx.Done(), shared.HasSynced) {
+			return ctx.Err()
+		}
+		a.nodeLister = shared.Nodes()
+		defer shared.AddNodeHandler(cfg.NodeName, a.nodeHandler())()
+	} else {
+		nodeInformer := a.newInformer(fields.OneTermEqualSelector(metav1.ObjectNameField, a.cfg.NodeName), &corev1.Node{},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return cfg.Client.CoreV1().Nodes().List(ctx, o)
+			},
+			cfg.Client.CoreV1().Nodes().Watch)
+		_, _ = nodeInformer.AddEventHandler(a.nodeHandler())
+		a.nodeLister = nodeInformer.GetIndexer()
+		goRun(nodeInformer.RunWithContext)
+		if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.HasSynced) {
+			return ctx.Err()
+		}
 	}
 
 	leaseController := lease.NewController(cfg.Clock, cfg.Client, cfg.NodeName, kc.NodeLeaseDurationSeconds, nil,
@@ -181,12 +231,42 @@ func (a *Agent) Run(ctx context.Context) error {
 	goRun(nodeStatus.Run)
 	goRun(a.statuses.Run)
 	goRun(a.pleg.Run)
+	if kc.FeatureGates[pleg.FeatureEventedPLEG] {
+		goRun(pleg.NewEvented(cfg.Runtime, a.pleg).Run)
+	}
 	goRun(a.probes.Run)
 
 	a.workers = podworkers.New(ctx, a, cfg.Clock)
 	defer a.workers.Wait()
-	podInformer := a.newPodInformer()
-	goRun(podInformer.RunWithContext)
+	if shared := cfg.Informers; shared != nil {
+		defer shared.AddPodHandler(cfg.NodeName, a.podHandler())()
+		a.sourcesReady = func() bool { return true }
+	} else {
+		// The kubelet's pod source: every pod bound to this node, in any
+		// namespace.
+		pods := cfg.Client.CoreV1().Pods(metav1.NamespaceAll)
+		podInformer := a.newInformer(fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName), &corev1.Pod{},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) }, pods.Watch)
+		_, _ = podInformer.AddEventHandler(a.podHandler())
+		a.sourcesReady = podInformer.HasSynced
+		goRun(podInformer.RunWithContext)
+	}
+	// Started once the pod source is wired: they read the pod workers
+	// and whether the pods have been listed.
+	goRun(a.eviction.Run)
+	goRun(a.imageGC.Run)
+	goRun(a.containerGC.Run)
+	if kubeletAPI != nil {
+		srv, err := a.kubeletAPI(a.stats.Summary)
+		if err != nil {
+			return err
+		}
+		goRun(func(ctx context.Context) {
+			if err := srv.Serve(ctx, kubeletAPI, cfg.Serving.Cert); err != nil {
+				logger.Error(err, "Kubelet API stopped")
+			}
+		})
+	}
 	goRun(a.syncLoop)
 	logger.V(2).Info("Node agent started")
 	<-ctx.Done()
@@ -234,15 +314,11 @@ func (a *Agent) newInformer(selector fields.Selector, obj runtime.Object,
 	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, a.cfg.Client), obj, 0, cache.Indexers{})
 }
 
-func (a *Agent) newNodeInformer() cache.SharedIndexInformer {
-	nodes := a.cfg.Client.CoreV1().Nodes()
-	inf := a.newInformer(fields.OneTermEqualSelector(metav1.ObjectNameField, a.cfg.NodeName), &corev1.Node{},
-		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return nodes.List(ctx, o) }, nodes.Watch)
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+func (a *Agent) nodeHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { a.onNode(obj.(*corev1.Node)) },
 		UpdateFunc: func(_, obj any) { a.onNode(obj.(*corev1.Node)) },
-	})
-	return inf
+	}
 }
 
 // onNode passes the pod CIDR the controller-manager allocated to the runtime,
@@ -270,12 +346,8 @@ func (a *Agent) onNode(node *corev1.Node) {
 	}
 }
 
-func (a *Agent) newPodInformer() cache.SharedIndexInformer {
-	// The kubelet's pod source: every pod bound to this node, in any namespace.
-	pods := a.cfg.Client.CoreV1().Pods(metav1.NamespaceAll)
-	inf := a.newInformer(fields.OneTermEqualSelector("spec.nodeName", a.cfg.NodeName), &corev1.Pod{},
-		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) }, pods.Watch)
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+func (a *Agent) podHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			pod := obj.(*corev1.Pod)
 			now := a.cfg.Clock.Now()
@@ -334,8 +406,7 @@ func (a *Agent) newPodInformer() cache.SharedIndexInformer {
 			a.statuses.Forget(pod.UID)
 			a.probes.RemovePod(pod.UID)
 		},
-	})
-	return inf
+	}
 }
 
 // admit runs the kubelet's admission for a newly seen pod against the pods
@@ -349,15 +420,11 @@ func (a *Agent) admit(pod *corev1.Pod) bool {
 		a.markAdmitted(pod.UID)
 		return true
 	}
-	a.mu.Lock()
-	var active []*corev1.Pod
-	for uid := range a.admitted {
-		if p := a.pods[uid]; p != nil && !a.workers.IsTerminated(uid) {
-			active = append(active, p)
-		}
+	r := admission.Admit(pod, node, a.activePods())
+	// The eviction manager's admit handler runs first on the kubelet.
+	if ok, reason, message := a.eviction.Admit(pod); !ok {
+		r = admission.Result{Reason: reason, Message: message}
 	}
-	a.mu.Unlock()
-	r := admission.Admit(pod, node, active)
 	if r.Admit {
 		a.markAdmitted(pod.UID)
 		return true
@@ -455,8 +522,15 @@ func (a *Agent) runtimeState(ctx context.Context) nodestatus.RuntimeState {
 			}
 		}
 	}
-	if ok, err := a.pleg.Healthy(); !ok {
-		return nodestatus.RuntimeState{Message: fmt.Sprintf("PLEG is not healthy: %v", err)}
+	pressure := nodestatus.RuntimeState{
+		MemoryPressure: a.eviction.IsUnderMemoryPressure(),
+		DiskPressure:   a.eviction.IsUnderDiskPressure(),
+		PIDPressure:    a.eviction.IsUnderPIDPressure(),
 	}
-	return nodestatus.RuntimeState{Ready: true}
+	if ok, err := a.pleg.Healthy(); !ok {
+		pressure.Message = fmt.Sprintf("PLEG is not healthy: %v", err)
+		return pressure
+	}
+	pressure.Ready = true
+	return pressure
 }

@@ -70,7 +70,7 @@ func startAgent(t *testing.T) *harness {
 	agent, err := New(Config{
 		NodeName: "n1",
 		NodeIP:   net.ParseIP("127.1.0.1"),
-		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi")},
+		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"), corev1.ResourceEphemeralStorage: resource.MustParse("100Gi")},
 		Client:   h.client, Runtime: h.runtime, Images: h.runtime,
 		Recorder: h.marks, Clock: h.clock,
 	})

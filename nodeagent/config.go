@@ -8,11 +8,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/reports"
 )
@@ -42,8 +44,37 @@ type Config struct {
 	// get one that asks the fake runtime's behaviour model; nil sends real
 	// probes to the pod's IP, as on a physical node.
 	NetworkProber prober.NetworkRunner
-	Recorder      reports.Recorder
-	Clock         clock.WithTickerAndDelayedExecution
+	// Serving, if set, serves the kubelet API on the node's IP.
+	Serving *ServingConfig
+	// Logs reads containers' logs for the kubelet API; nil reads the CRI
+	// log files a real runtime writes.
+	Logs LogReader
+	// Informers, if set, are the fleet's shared pod and node informers,
+	// fanned out by node name; nil gives the agent its own watches of its
+	// pods and its Node, as a kubelet has.
+	Informers SharedInformers
+	// PodsDir is where a real node writes pods' volumes for its runtime to
+	// bind-mount (the kubelet's /var/lib/kubelet/pods); empty on emulated
+	// nodes, which write nothing to disk.
+	PodsDir string
+	// Host is set on a real runtime only: pod log directories and cgroups.
+	Host     *kuberuntime.Host
+	Recorder reports.Recorder
+	Clock    clock.WithTickerAndDelayedExecution
+}
+
+// SharedInformers are one pod informer and one node informer serving many
+// agents, each agent seeing only the objects of its node.
+type SharedInformers interface {
+	// Nodes is the node informer's store, keyed by node name.
+	Nodes() cache.Indexer
+	// AddPodHandler delivers the events of pods bound to nodeName to h,
+	// starting with an add for each such pod already known.
+	AddPodHandler(nodeName string, h cache.ResourceEventHandler) (remove func())
+	// AddNodeHandler does the same for the Node named nodeName.
+	AddNodeHandler(nodeName string, h cache.ResourceEventHandler) (remove func())
+	// HasSynced reports whether both informers have listed once.
+	HasSynced() bool
 }
 
 // DefaultKubeletConfiguration returns the upstream kubelet's defaults for the

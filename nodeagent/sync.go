@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/fleetlet/fleetlet/nodeagent/envvars"
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/nodeagent/status"
@@ -30,7 +31,60 @@ func (a *Agent) SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, er
 	if a.pastActiveDeadline(pod) {
 		return true, nil
 	}
-	return false, a.runtime.SyncPod(ctx, pod, rs, a.probes)
+	// Until its volumes are set up the pod stays ContainerCreating; the
+	// error has the pod worker retry.
+	if err := a.volumes.WaitForAttachAndMount(ctx, pod); err != nil {
+		return false, err
+	}
+	if err := a.runtime.SyncPod(ctx, pod, rs, a.probes); err != nil {
+		return false, err
+	}
+	// The kubelet relists a pod right after a sync that succeeded
+	// (PLEGOnDemandRelist, GA in 1.37), so that containers it just started
+	// are reported Running without waiting for the next periodic relist.
+	// The kubelet asks only after a sync that acted; relisting a pod that
+	// did not change emits nothing and costs one filtered list.
+	a.pleg.RequestRelist(ctx, pod.UID)
+	return false, nil
+}
+
+// containerOptions resolves a container's environment and mounts for the
+// runtime manager, as the kubelet's GenerateRunContainerOptions does.
+func (a *Agent) containerOptions(ctx context.Context, pod *corev1.Pod, c *corev1.Container) (*kuberuntime.RunContainerOptions, error) {
+	allocatable := a.cfg.Capacity
+	if node, err := a.getNode(); err == nil {
+		allocatable = node.Status.Allocatable
+	}
+	hostIPs := []string{a.cfg.NodeIP.String()}
+	envs, err := envvars.Make(ctx, a.objects, envvars.Input{
+		Pod: pod, Container: c, HostIPs: hostIPs, Allocatable: allocatable,
+		PodIPs: func(ctx context.Context) ([]string, error) {
+			if pod.Spec.HostNetwork {
+				return hostIPs, nil
+			}
+			rs, err := a.runtime.GetPodStatus(ctx, pod.UID)
+			if err != nil {
+				return nil, err
+			}
+			network := rs.ReadySandbox().GetNetwork()
+			if network == nil {
+				return nil, nil
+			}
+			ips := []string{network.Ip}
+			for _, ip := range network.AdditionalIps {
+				ips = append(ips, ip.Ip)
+			}
+			return ips, nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := a.volumes.Mounts(pod, c)
+	if err != nil {
+		return nil, err
+	}
+	return &kuberuntime.RunContainerOptions{Envs: envs, Mounts: mounts}, nil
 }
 
 // The kubelet's active deadline handler's reason and message.
@@ -90,6 +144,9 @@ func (a *Agent) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	a.runtime.Forget(pod)
 	a.probes.RemovePod(pod.UID)
+	if err := a.volumes.CleanupPod(pod.UID); err != nil {
+		return fmt.Errorf("cleaning up the volumes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
 	a.statuses.TerminatePod(pod.UID)
 	return nil
 }
@@ -114,13 +171,13 @@ func (a *Agent) setStatus(pod *corev1.Pod, rs *kuberuntime.PodStatus, terminal b
 	return st.Phase
 }
 
-// networkHook runs httpGet and tcpSocket lifecycle handlers with a probe
+// networkHook runs httpGet lifecycle handlers with a probe
 // runner: the kubelet sends them the same way, and treats any answer it
 // would count as a probe's success as the hook's.
 func networkHook(runner prober.NetworkRunner) func(context.Context, *corev1.Pod, *corev1.Container, *corev1.LifecycleHandler, time.Duration) error {
 	return func(ctx context.Context, pod *corev1.Pod, c *corev1.Container, h *corev1.LifecycleHandler, timeout time.Duration) error {
 		probe := &corev1.Probe{
-			ProbeHandler:   corev1.ProbeHandler{HTTPGet: h.HTTPGet, TCPSocket: h.TCPSocket},
+			ProbeHandler:   corev1.ProbeHandler{HTTPGet: h.HTTPGet},
 			TimeoutSeconds: int32(max(timeout/time.Second, 1)),
 		}
 		result, output, err := runner.Network(ctx, prober.Liveness, pod, c, "", probe)

@@ -30,6 +30,11 @@ type cluster struct {
 	// metricsURLs are scraped before and after the load, with admin's
 	// credentials: the apiserver's and, on our control plane, the scheduler's.
 	metricsURLs []string
+	// clientCAPEM is the CA the agents' kubelet API trusts for client
+	// certificates: our cluster CA, or on another cluster the CA of its
+	// kubeconfig, which signs the API server's kubelet client certificate
+	// on kubeadm-made clusters (tokens are reviewed either way).
+	clientCAPEM []byte
 }
 
 func clusterFlags(fs *pflag.FlagSet) {
@@ -60,6 +65,7 @@ func openCluster(ctx context.Context, v *viper.Viper, dir string) (*cluster, err
 	return &cluster{
 		admin: cp.AdminRESTConfig(), nodeConfig: cp.NodeRESTConfig, kubeconfig: cp.AdminKubeconfig(), cp: cp,
 		metricsURLs: []string{urls[controlplane.ComponentAPIServer], urls[controlplane.ComponentScheduler]},
+		clientCAPEM: cp.CACertPEM(),
 	}, nil
 }
 
@@ -77,7 +83,14 @@ func externalCluster(path string) (*cluster, error) {
 	if _, err := client.Discovery().ServerVersion(); err != nil {
 		return nil, fmt.Errorf("API server %s of kubeconfig %s is unreachable: %v; check the cluster, or drop --kubeconfig/KUBECONFIG to start the embedded control plane", cfg.Host, path, err)
 	}
+	caPEM := cfg.CAData
+	if len(caPEM) == 0 && cfg.CAFile != "" {
+		if caPEM, err = os.ReadFile(cfg.CAFile); err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: reading its CA: %w", path, err)
+		}
+	}
 	return &cluster{
+		clientCAPEM: caPEM,
 		admin:       cfg,
 		nodeConfig:  func(string) (*rest.Config, error) { return rest.CopyConfig(cfg), nil },
 		kubeconfig:  path,

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/fleetlet/fleetlet/loadprofiles"
 	"github.com/fleetlet/fleetlet/reports"
@@ -182,6 +188,9 @@ func TestFleetAgainstRealControlPlane(t *testing.T) {
 		}
 	}
 
+	// The kubelet API, through the API server as kubectl reaches it.
+	checkKubeletAPI(ctx, t, s, &first, nodeList)
+
 	// Leases: one per node, owned by it, renewed every 10 s.
 	leases, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -247,6 +256,54 @@ func TestFleetAgainstRealControlPlane(t *testing.T) {
 		if apiCount[key] == 0 {
 			t.Errorf("report counts no %q requests from the fleet (got %v)", key, apiCount)
 		}
+	}
+}
+
+// checkKubeletAPI reads a pod's logs through the API server, as kubectl
+// logs does, and a node's /stats/summary directly with the admin's client
+// certificate, as metrics-server does (the API server's node proxy refuses
+// loopback node addresses); the same request without credentials is
+// refused.
+func checkKubeletAPI(ctx context.Context, t *testing.T, s *session, pod *corev1.Pod, nodes *corev1.NodeList) {
+	t.Helper()
+	logs, err := s.client.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil || len(logs) == 0 {
+		t.Errorf("logs of pod %s: %q, %v", pod.Name, logs, err)
+	}
+	var node *corev1.Node
+	for i := range nodes.Items {
+		if nodes.Items[i].Name == pod.Spec.NodeName {
+			node = &nodes.Items[i]
+		}
+	}
+	url := "https://" + net.JoinHostPort(node.Status.Addresses[0].Address, strconv.Itoa(int(node.Status.DaemonEndpoints.KubeletEndpoint.Port))) + "/stats/summary"
+
+	tlsCfg, err := rest.TLSConfigFor(s.cluster.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet's serving certificate is self-signed, as a kubelet's is
+	// by default.
+	tlsCfg.RootCAs, tlsCfg.InsecureSkipVerify = nil, true
+	authorized := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	resp, err := authorized.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s with the admin's certificate: %v", url, err)
+	}
+	var summary statsapi.Summary
+	err = json.NewDecoder(resp.Body).Decode(&summary)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || err != nil || summary.Node.NodeName != pod.Spec.NodeName || len(summary.Pods) == 0 {
+		t.Errorf("GET %s: %s, node %q with %d pods, decode error %v", url, resp.Status, summary.Node.NodeName, len(summary.Pods), err)
+	}
+
+	anonymous := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	if resp, err = anonymous.Get(url); err != nil {
+		t.Fatalf("anonymous GET %s: %v", url, err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("anonymous GET %s: %s, want 401", url, resp.Status)
 	}
 }
 

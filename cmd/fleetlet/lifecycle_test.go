@@ -207,6 +207,38 @@ func TestLifecycleProfile(t *testing.T) {
 		}
 	})
 
+	t.Run("volumes and environment", func(t *testing.T) {
+		if p := pods["config"]; p.Status.Phase != corev1.PodRunning || condition(p.Status.Conditions, corev1.PodReady) != corev1.ConditionTrue {
+			t.Errorf("pod with emptyDir, downwardAPI, a projected token and env from kube-root-ca.crt: %s", describe(p))
+		}
+	})
+	t.Run("missing volume source", func(t *testing.T) {
+		p := pods["missingvolume"]
+		if p.Status.Phase != corev1.PodPending || !tl.has("missingvolume", "app=waiting:ContainerCreating") {
+			t.Errorf("status %s; want Pending in ContainerCreating", describe(p))
+		}
+		if ev := kubeletEvents(ctx, t, client, p); ev["FailedMount"] == 0 || ev["Started"] != 0 {
+			t.Errorf("events %v, want FailedMount and nothing started", ev)
+		}
+	})
+	t.Run("failing postStart hook", func(t *testing.T) {
+		p := pods["poststart"]
+		if cs := p.Status.ContainerStatuses[0]; cs.RestartCount < 1 {
+			t.Errorf("restarts %d, want at least 1: the kubelet kills a container whose postStart hook fails", cs.RestartCount)
+		}
+		if ev := kubeletEvents(ctx, t, client, p); ev["FailedPostStartHook"] == 0 || ev["Killing"] == 0 {
+			t.Errorf("events %v, want FailedPostStartHook and Killing", ev)
+		}
+	})
+	t.Run("missing environment source", func(t *testing.T) {
+		p := pods["missingenv"]
+		w := p.Status.ContainerStatuses[0].State.Waiting
+		if p.Status.Phase != corev1.PodPending || w == nil || w.Reason != "CreateContainerConfigError" ||
+			w.Message != `secret "db-credentials-that-do-not-exist" not found` {
+			t.Errorf("status %s (%+v); want waiting CreateContainerConfigError naming the secret", describe(p), w)
+		}
+	})
+
 	// Graceful deletion of everything, including the completed pod and the
 	// one with a preStop hook: the agents finish every deletion.
 	if err := client.CoreV1().Pods(loadprofiles.DefaultNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {

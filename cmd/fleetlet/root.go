@@ -34,6 +34,7 @@ func newRootCommand() *cobra.Command {
 		newFakeRuntimeCommand(),
 		newReportCommand(),
 		newBenchCommand(),
+		newAgentCommand(),
 	)
 	return root
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -20,11 +23,15 @@ import (
 	remote "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
 
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
+
 	"github.com/fleetlet/fleetlet/fakeruntime"
 	"github.com/fleetlet/fleetlet/fleet"
 	"github.com/fleetlet/fleetlet/loadprofiles"
 	"github.com/fleetlet/fleetlet/nodeagent"
+	"github.com/fleetlet/fleetlet/nodeagent/nodestatus"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
+	"github.com/fleetlet/fleetlet/nodeagent/server"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -40,22 +47,37 @@ func fleetFlags(fs *pflag.FlagSet) {
 	fs.String("first-ip", "127.1.0.1", "InternalIP of the first node; the next nodes take the next loopback addresses")
 	fs.Duration("start-jitter", 5*time.Second, "spread agent starts over this window so the fleet does not heartbeat in lockstep")
 	fs.Uint64("seed", 1, "seed of every random choice (start jitter), so that a run can be replayed")
+	fs.Int("kubelet-port", nodestatus.KubeletPort, "port of each agent's kubelet API on its own IP; 0 takes any free port, advertised in the Node's daemonEndpoints")
+	fs.String("watch-mode", "", "how agents watch their pods and Node: per-node (each its own watches, as kubelets; the default) or shared (one informer fanned out by node; two watches for the fleet); overrides the profile's watchMode")
 	fs.String("debug-addr", "", "serve pprof and the fleet's Prometheus metrics on this loopback address, such as 127.0.0.1:6060")
 }
 
-// defaultEphemeralStorage is each emulated node's root filesystem size until
-// node pools can set it (issue 4, node-pressure eviction).
+// defaultEphemeralStorage is each emulated node's root filesystem size when
+// its pool does not say.
 var defaultEphemeralStorage = resource.MustParse("100Gi")
 
 // fleetPools turns a profile's node pools into the fleet's, stating the
 // kubelet settings that differ from the defaults.
-func fleetPools(p *loadprofiles.Profile) (pools []fleet.NodePool, settings map[string]string) {
+func fleetPools(p *loadprofiles.Profile) (pools []fleet.NodePool, settings map[string]string, err error) {
 	settings = map[string]string{}
 	for _, pool := range p.NodePools {
 		kc := nodeagent.DefaultKubeletConfiguration()
 		kc.MaxPods = int32(pool.Pods)
 		if kc.MaxPods != nodeagent.DefaultKubeletConfiguration().MaxPods {
 			settings[pool.Name+".maxPods"] = strconv.Itoa(pool.Pods)
+		}
+		if pool.Kubelet != nil {
+			overrides, err := overlayKubelet(kc, pool.Kubelet)
+			if err != nil {
+				return nil, nil, fmt.Errorf("node pool %s: kubelet settings: %w", pool.Name, err)
+			}
+			for k, v := range overrides {
+				settings[pool.Name+".kubelet."+k] = v
+			}
+		}
+		storage := defaultEphemeralStorage
+		if !pool.EphemeralStorage.IsZero() {
+			storage = pool.EphemeralStorage
 		}
 		pools = append(pools, fleet.NodePool{
 			Name:  pool.Name,
@@ -64,14 +86,46 @@ func fleetPools(p *loadprofiles.Profile) (pools []fleet.NodePool, settings map[s
 				corev1.ResourceCPU:              pool.CPU,
 				corev1.ResourceMemory:           pool.Memory,
 				corev1.ResourcePods:             *resource.NewQuantity(int64(pool.Pods), resource.DecimalSI),
-				corev1.ResourceEphemeralStorage: defaultEphemeralStorage,
+				corev1.ResourceEphemeralStorage: storage,
 			},
 			Labels:  pool.Labels,
 			Taints:  pool.Taints,
 			Kubelet: kc,
 		})
 	}
-	return pools, settings
+	return pools, settings, nil
+}
+
+// overlayKubelet sets on kc the pool's kubelet settings, and returns the
+// fields that now differ from kc's previous values, for the report.
+func overlayKubelet(kc *kubeletconfig.KubeletConfiguration, overrides *loadprofiles.KubeletOverrides) (map[string]string, error) {
+	before, err := jsonFields(kc)
+	if err != nil {
+		return nil, err
+	}
+	if err := overrides.ApplyTo(kc); err != nil {
+		return nil, err
+	}
+	after, err := jsonFields(kc)
+	if err != nil {
+		return nil, err
+	}
+	changed := map[string]string{}
+	for k, v := range after {
+		if string(before[k]) != string(v) {
+			changed[k] = string(v)
+		}
+	}
+	return changed, nil
+}
+
+func jsonFields(v any) (map[string]json.RawMessage, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var fields map[string]json.RawMessage
+	return fields, json.Unmarshal(raw, &fields)
 }
 
 func behaviour(rb loadprofiles.RuntimeBehaviour) fakeruntime.Behaviour {
@@ -90,7 +144,7 @@ func runtimeFactory(ctx context.Context, mode string, b fakeruntime.Behaviour) (
 	case criInProc:
 		return func(string) (fleet.Runtime, error) {
 			rt := fakeruntime.New(fakeruntime.Config{Behaviour: b})
-			return fleet.Runtime{Runtime: rt, Images: rt, Prober: fakeProber{rt}}, nil
+			return fleet.Runtime{Runtime: rt, Images: rt, Prober: fakeProber{rt}, Logs: fakeLogs(rt)}, nil
 		}, func() {}, nil
 	case criFakeSocket:
 		// Unix socket paths are limited to 108 bytes, so the sockets live in a
@@ -141,7 +195,7 @@ func serveFakeSocket(ctx context.Context, socket string, b fakeruntime.Behaviour
 	if err != nil {
 		return fail(err)
 	}
-	return fleet.Runtime{Runtime: runtimeService, Images: imageService, Prober: fakeProber{rt}, Close: func() error {
+	return fleet.Runtime{Runtime: runtimeService, Images: imageService, Prober: fakeProber{rt}, Logs: fakeLogs(rt), Close: func() error {
 		_ = runtimeService.Close(context.Background())
 		_ = imageService.Close(context.Background())
 		cancel()
@@ -173,9 +227,67 @@ func (f fakeProber) Network(_ context.Context, kind prober.Kind, _ *corev1.Pod, 
 	}
 }
 
+// fakeLogs serves an emulated container's log from the fake runtime's
+// behaviour model: there is no log file to read. Lines are formatted as the
+// kubelet's log reader writes them.
+func fakeLogs(rt *fakeruntime.Runtime) nodeagent.LogReader {
+	return func(ctx context.Context, containerID string, opts server.LogOptions, w io.Writer) error {
+		var since time.Time
+		if opts.SinceTime != nil {
+			since = *opts.SinceTime
+		}
+		tail := -1
+		if opts.TailLines != nil {
+			tail = int(*opts.TailLines)
+		}
+		limit := int64(-1)
+		if opts.LimitBytes != nil {
+			limit = *opts.LimitBytes
+		}
+		for {
+			lines, err := rt.ContainerLogs(containerID, since, tail)
+			if err != nil {
+				return err
+			}
+			for _, l := range lines {
+				text := l.Text + "\n"
+				if opts.Timestamps {
+					text = l.Time.Format(time.RFC3339Nano) + " " + text
+				}
+				if limit >= 0 && int64(len(text)) > limit {
+					text = text[:limit]
+				}
+				if _, err := io.WriteString(w, text); err != nil {
+					return err
+				}
+				if limit -= int64(len(text)); limit == 0 {
+					return nil
+				}
+				since = l.Time.Add(time.Nanosecond)
+			}
+			if !opts.Follow {
+				return nil
+			}
+			if f, ok := w.(interface{ Flush() }); ok {
+				f.Flush()
+			}
+			// Following polls the model: its lines are computed, not written.
+			tail = -1
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
 // newFleet builds the fleet of a profile on a cluster.
 func newFleet(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, cl *cluster, rec reports.Recorder, wrap transport.WrapperFunc) (*fleet.Fleet, map[string]string, func(), error) {
-	pools, settings := fleetPools(p)
+	pools, settings, err := fleetPools(p)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	newRuntime, cleanup, err := runtimeFactory(ctx, v.GetString("cri"), behaviour(p.Runtime))
 	if err != nil {
 		return nil, nil, nil, err
@@ -202,17 +314,24 @@ func newFleet(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, cl *
 		stopRuntimes := cleanup
 		cleanup = func() { stopDebug(); stopRuntimes() }
 	}
+	watchMode := cmp.Or(v.GetString("watch-mode"), p.WatchMode, fleet.WatchPerNode)
+	if watchMode != fleet.WatchPerNode {
+		settings["watch-mode"] = watchMode
+	}
 	f, err := fleet.New(fleet.Config{
-		Pools:         pools,
-		NamePrefix:    v.GetString("node-prefix"),
-		FirstIP:       firstIP,
-		ClientConfig:  cl.nodeConfig,
-		NewRuntime:    newRuntime,
-		WrapTransport: wrap,
-		Recorder:      rec,
-		StartJitter:   v.GetDuration("start-jitter"),
-		Seed:          v.GetUint64("seed"),
-		Metrics:       metrics,
+		WatchMode:          watchMode,
+		SharedClientConfig: cl.admin,
+		KubeletAPI:         &fleet.KubeletAPIConfig{Port: v.GetInt("kubelet-port"), ClientCAPEM: cl.clientCAPEM},
+		Pools:              pools,
+		NamePrefix:         v.GetString("node-prefix"),
+		FirstIP:            firstIP,
+		ClientConfig:       cl.nodeConfig,
+		NewRuntime:         newRuntime,
+		WrapTransport:      wrap,
+		Recorder:           rec,
+		StartJitter:        v.GetDuration("start-jitter"),
+		Seed:               v.GetUint64("seed"),
+		Metrics:            metrics,
 	})
 	if err != nil {
 		cleanup()
@@ -232,6 +351,12 @@ func checkFleetFlags(v *viper.Viper) error {
 	}
 	if _, err := parseLoopback(v.GetString("first-ip")); err != nil {
 		return err
+	}
+	if port := v.GetInt("kubelet-port"); port < 0 || port > 65535 {
+		return fmt.Errorf("--kubelet-port %d is not a port; use 0 to 65535 (0: any free port)", port)
+	}
+	if mode := v.GetString("watch-mode"); mode != "" && mode != fleet.WatchPerNode && mode != fleet.WatchShared {
+		return fmt.Errorf("unknown --watch-mode %q: use %s or %s", mode, fleet.WatchPerNode, fleet.WatchShared)
 	}
 	if addr := v.GetString("debug-addr"); addr != "" {
 		host, _, err := net.SplitHostPort(addr)

@@ -1,0 +1,130 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/fleetlet/fleetlet/nodeagent/containergc"
+	"github.com/fleetlet/fleetlet/nodeagent/eviction"
+	"github.com/fleetlet/fleetlet/nodeagent/images"
+	"github.com/fleetlet/fleetlet/nodeagent/stats"
+)
+
+// newResourceManagers builds the node's stats provider and the managers
+// that act on it: eviction, image GC and container GC.
+func (a *Agent) newResourceManagers(capacity corev1.ResourceList, events record.EventRecorder) error {
+	cfg := &a.cfg
+	var err error
+	if a.stats, err = stats.New(stats.Config{
+		NodeName: cfg.NodeName, Runtime: cfg.Runtime, Images: cfg.Images, Capacity: capacity, Clock: cfg.Clock,
+	}); err != nil {
+		return err
+	}
+	if a.imageGC, err = images.NewManager(images.Config{
+		NodeName: cfg.NodeName, Runtime: cfg.Runtime, Images: cfg.Images, Kubelet: cfg.Kubelet,
+		ImageFs: a.stats.ImageFsStats, Clock: cfg.Clock, Events: events,
+	}); err != nil {
+		return err
+	}
+	if a.containerGC, err = containergc.NewManager(containergc.Config{
+		NodeName: cfg.NodeName, Runtime: cfg.Runtime, Policy: containergc.DefaultPolicy(), Pods: podState{a},
+		AllSourcesReady: func() bool { return a.sourcesReady != nil && a.sourcesReady() }, Clock: cfg.Clock,
+	}); err != nil {
+		return err
+	}
+	a.eviction, err = eviction.NewManager(eviction.Config{
+		NodeName: cfg.NodeName, Clock: cfg.Clock, Kubelet: cfg.Kubelet, Summary: a.stats.Summary,
+		ActivePods: a.activePods, KillPod: a.evict, DedicatedImageFs: a.stats.HasDedicatedImageFs(),
+		Images: a.imageGC, Containers: a.containerGC, Events: events,
+	})
+	return err
+}
+
+// activePods are the admitted pods whose workers have not terminated them:
+// what admission counts against the node and what eviction ranks.
+func (a *Agent) activePods() []*corev1.Pod {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var active []*corev1.Pod
+	for uid := range a.admitted {
+		if p := a.pods[uid]; p != nil && (a.workers == nil || !a.workers.IsTerminated(uid)) {
+			active = append(active, p)
+		}
+	}
+	return active
+}
+
+// evictionWait bounds how long an eviction waits for the pod's containers
+// to stop beyond its grace period, as the kubelet's killPodNow does.
+const evictionWait = 10 * time.Second
+
+// evict is the eviction manager's kill: the pod's final status (Failed,
+// Evicted) goes to the status manager first, then its worker stops it with
+// the given grace period, as a deletion would. The pod object stays in the
+// API server, failed, as on a real kubelet.
+func (a *Agent) evict(ctx context.Context, pod *corev1.Pod, st corev1.PodStatus, gracePeriod int64) error {
+	prev, ok := a.statuses.Status(pod.UID)
+	if !ok {
+		prev = pod.Status
+	}
+	final := prev.DeepCopy()
+	final.Phase, final.Reason, final.Message = st.Phase, st.Reason, st.Message
+	for _, c := range st.Conditions {
+		replaced := false
+		for i := range final.Conditions {
+			if final.Conditions[i].Type == c.Type {
+				final.Conditions[i], replaced = c, true
+			}
+		}
+		if !replaced {
+			final.Conditions = append(final.Conditions, c)
+		}
+	}
+	a.statuses.SetPodStatus(pod, *final)
+
+	kill := pod.DeepCopy()
+	kill.DeletionTimestamp = &metav1.Time{Time: a.cfg.Clock.Now()}
+	kill.DeletionGracePeriodSeconds = &gracePeriod
+	a.workers.UpdatePod(kill)
+	finished := a.workers.Finished(pod.UID)
+	if finished == nil {
+		return nil
+	}
+	select {
+	case <-finished:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-a.cfg.Clock.After(time.Duration(gracePeriod)*time.Second + evictionWait):
+		return fmt.Errorf("pod %s/%s evicted from node %s has not stopped within %ds", pod.Namespace, pod.Name, a.cfg.NodeName, gracePeriod+int64(evictionWait/time.Second))
+	}
+}
+
+// podState answers container GC's questions from the agent's pods and
+// workers, as the kubelet's pod workers do.
+type podState struct{ a *Agent }
+
+func (p podState) known(uid types.UID) (pod *corev1.Pod, terminated bool) {
+	p.a.mu.Lock()
+	pod = p.a.pods[uid]
+	p.a.mu.Unlock()
+	return pod, p.a.workers != nil && p.a.workers.IsTerminated(uid)
+}
+
+// ShouldPodContentBeRemoved implements containergc.PodStateProvider.
+func (p podState) ShouldPodContentBeRemoved(uid types.UID) bool {
+	pod, terminated := p.known(uid)
+	return pod == nil || (terminated && pod.DeletionTimestamp != nil)
+}
+
+// ShouldPodRuntimeBeRemoved implements containergc.PodStateProvider.
+func (p podState) ShouldPodRuntimeBeRemoved(uid types.UID) bool {
+	pod, terminated := p.known(uid)
+	return pod == nil || terminated
+}
