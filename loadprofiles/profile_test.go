@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 )
 
 // validYAML is a small correct profile; the malformed cases edit one line.
@@ -220,6 +222,10 @@ func TestParseErrors(t *testing.T) {
 		old:  "name: test\n", new: "name: test\nname: again\n",
 		want: `profile test.yaml: line 2: key "name" already set in map`,
 	}, {
+		name: "unknown watch mode",
+		old:  "runtime:\n", new: "watchMode: everywhere\nruntime:\n",
+		want: `profile test.yaml: watchMode: Unsupported value: "everywhere": supported values: "per-node", "shared"`,
+	}, {
 		name: "not a mapping",
 		old:  validYAML, new: "- just\n- a list\n",
 		want: `profile test.yaml: the document must be a mapping`,
@@ -266,7 +272,7 @@ func TestValidateReportsEveryProblemOnItsOwnLine(t *testing.T) {
 }
 
 func TestBuiltins(t *testing.T) {
-	if got, want := strings.Join(BuiltinNames(), ","), "churn,density,eviction-storm,heartbeat,lifecycle,quickstart,scheduler-throughput,smoke,sweep"; got != want {
+	if got, want := strings.Join(BuiltinNames(), ","), "churn,density,density-1k,eviction-storm,heartbeat,lifecycle,quickstart,scheduler-throughput,smoke,sweep"; got != want {
 		t.Fatalf("BuiltinNames = %s, want %s", got, want)
 	}
 	for _, name := range BuiltinNames() {
@@ -381,7 +387,7 @@ func TestBuiltinShapes(t *testing.T) {
 
 func TestLoadUnknownName(t *testing.T) {
 	_, err := Load("nosuch")
-	want := `unknown profile "nosuch": the built-in profiles are churn, density, eviction-storm, heartbeat, lifecycle, quickstart, scheduler-throughput, smoke, sweep; a path to a YAML profile works too`
+	want := `unknown profile "nosuch": the built-in profiles are churn, density, density-1k, eviction-storm, heartbeat, lifecycle, quickstart, scheduler-throughput, smoke, sweep; a path to a YAML profile works too`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load(nosuch) error:\n got: %v\nwant: %s", err, want)
 	}
@@ -432,5 +438,35 @@ phases: [{sleep: {duration: 1s}}]
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("err = %v, want it to say %q", err, want)
 		}
+	}
+}
+
+func TestKubeletOverrides(t *testing.T) {
+	yaml := strings.Replace(validYAML, "    cpu: \"4\"\n", "    cpu: \"4\"\n    kubelet:\n      evictionPressureTransitionPeriod: 30s\n      imageMinimumGCAge: 0s\n      featureGates: {EventedPLEG: true}\n", 1)
+	p, err := Parse([]byte(yaml), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := &kubeletconfig.KubeletConfiguration{
+		ImageMinimumGCAge: metav1.Duration{Duration: 2 * time.Minute},
+		MaxPods:           110,
+	}
+	if err := p.NodePools[0].Kubelet.ApplyTo(kc); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case kc.EvictionPressureTransitionPeriod.Duration != 30*time.Second:
+		t.Errorf("evictionPressureTransitionPeriod = %v, want 30s", kc.EvictionPressureTransitionPeriod)
+	case kc.ImageMinimumGCAge.Duration != 0:
+		t.Errorf("imageMinimumGCAge = %v, want the 0s the profile gives", kc.ImageMinimumGCAge)
+	case kc.MaxPods != 110:
+		t.Errorf("maxPods = %d, want 110 kept: the profile does not give it", kc.MaxPods)
+	case !kc.FeatureGates["EventedPLEG"]:
+		t.Errorf("featureGates = %v, want EventedPLEG", kc.FeatureGates)
+	}
+
+	bad := strings.Replace(validYAML, "    cpu: \"4\"\n", "    cpu: \"4\"\n    kubelet:\n      evictionHardd: {memory.available: 1Gi}\n", 1)
+	if _, err := Parse([]byte(bad), "test.yaml"); err == nil || !strings.Contains(err.Error(), "nodePools[0].kubelet") || !strings.Contains(err.Error(), "evictionHardd") {
+		t.Errorf("a misspelt kubelet setting: err = %v, want one naming nodePools[0].kubelet and the field", err)
 	}
 }

@@ -58,7 +58,7 @@ type harness struct {
 	done    chan error
 }
 
-func startAgent(t *testing.T) *harness {
+func startAgent(t *testing.T, opts ...func(*Config)) *harness {
 	t.Helper()
 	h := &harness{
 		client: fake.NewClientset(),
@@ -67,13 +67,17 @@ func startAgent(t *testing.T) *harness {
 		done:   make(chan error, 1),
 	}
 	h.runtime = fakeruntime.New(fakeruntime.Config{Clock: h.clock})
-	agent, err := New(Config{
+	cfg := Config{
 		NodeName: "n1",
 		NodeIP:   net.ParseIP("127.1.0.1"),
 		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"), corev1.ResourceEphemeralStorage: resource.MustParse("100Gi")},
 		Client:   h.client, Runtime: h.runtime, Images: h.runtime,
 		Recorder: h.marks, Clock: h.clock,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	agent, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

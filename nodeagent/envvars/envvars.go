@@ -116,7 +116,7 @@ func Make(ctx context.Context, src Sources, in Input) ([]*runtimeapi.KeyValue, e
 		value := e.Value
 		switch {
 		case value != "":
-			value = expand(value, env)
+			value = Expand(value, env)
 		case e.ValueFrom == nil:
 		case e.ValueFrom.FieldRef != nil:
 			v, err := fieldValue(e.ValueFrom.FieldRef.FieldPath, pod, in.HostIPs, ips)
@@ -243,11 +243,12 @@ func findContainer(pod *corev1.Pod, name string) *corev1.Container {
 
 func isTrue(b *bool) bool { return b != nil && *b }
 
-// expand replaces $(NAME) with the value of a variable defined so far and
-// $$ with $, leaving unknown references as written: the kubelet's rules.
-// Written here because the kubelet's implementation lives in
-// k8s.io/kubernetes/third_party, which cannot be imported as a library.
-func expand(s string, vars map[string]string) string {
+// Expand replaces $(NAME) with the value of a variable defined so far and
+// $$ with $, leaving unknown and unclosed references as written: the
+// kubelet's rules for env values, commands and args. Written here because
+// the kubelet's implementation lives in k8s.io/kubernetes/third_party, which
+// cannot be imported as a library.
+func Expand(s string, vars map[string]string) string {
 	if !strings.Contains(s, "$") {
 		return s
 	}

@@ -12,8 +12,6 @@ import (
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	clocktesting "k8s.io/utils/clock/testing"
-
-	"github.com/fleetlet/fleetlet/fakeruntime"
 )
 
 // eventStream is a runtime whose event stream sends events and then fails.
@@ -81,29 +79,14 @@ func TestEventedRequestsRelistsOfStoppedContainersOnly(t *testing.T) {
 func TestRelistPodSeesOnlyThatPod(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Now())
-	rt := fakeruntime.New(fakeruntime.Config{Clock: clk, PreloadedImages: []string{"busybox"}})
-	if err := rt.UpdateRuntimeConfig(ctx, &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: "10.64.0.0/24"}}); err != nil {
-		t.Fatal(err)
-	}
+	rt := newRuntime(t, clk)
 	g := NewGeneric(rt, clk, RelistPeriod)
 	ids := map[string]string{}
 	for _, uid := range []string{"u1", "u2"} {
-		labels := map[string]string{"io.kubernetes.pod.uid": uid}
-		sbConfig := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: uid, Namespace: "ns", Uid: uid}, Labels: labels}
-		sb, err := rt.RunPodSandbox(ctx, sbConfig, "")
-		if err != nil {
+		ids[uid] = createContainer(t, rt, uid)
+		if err := rt.StartContainer(ctx, ids[uid]); err != nil {
 			t.Fatal(err)
 		}
-		id, err := rt.CreateContainer(ctx, sb, &runtimeapi.ContainerConfig{
-			Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: "busybox"}, Labels: labels,
-		}, sbConfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rt.StartContainer(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		ids[uid] = id
 	}
 	if err := g.Relist(ctx); err != nil {
 		t.Fatal(err)
@@ -137,23 +120,9 @@ func TestRunServesRelistRequests(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	clk := clocktesting.NewFakeClock(time.Now())
-	rt := fakeruntime.New(fakeruntime.Config{Clock: clk, PreloadedImages: []string{"busybox"}})
-	if err := rt.UpdateRuntimeConfig(ctx, &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: "10.64.0.0/24"}}); err != nil {
-		t.Fatal(err)
-	}
+	rt := newRuntime(t, clk)
 	g := NewGeneric(rt, clk, RelistPeriod)
-	labels := map[string]string{"io.kubernetes.pod.uid": "u1"}
-	sbConfig := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u1"}, Labels: labels}
-	sb, err := rt.RunPodSandbox(ctx, sbConfig, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := rt.CreateContainer(ctx, sb, &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: "busybox"}, Labels: labels,
-	}, sbConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := createContainer(t, rt, "u1")
 	go g.Run(ctx)
 	// No clock step: only the request can make Run relist.
 	g.RequestRelist(ctx, "u1")

@@ -44,9 +44,13 @@ type Generic struct {
 	clock   clock.WithTicker
 	period  time.Duration
 	events  chan *Event
-	// relistRequests are pods to relist before the next period, asked for
-	// by the evented PLEG when one of their containers stops.
-	relistRequests chan types.UID
+	// requested are pods to relist before the next period, asked for after
+	// a sync and by the evented PLEG; requestSignal wakes Run. A set rather
+	// than a buffered channel: an idle node's PLEG holds nothing, and a
+	// pod asked for twice is relisted once.
+	requestMu     sync.Mutex
+	requested     map[types.UID]struct{}
+	requestSignal chan struct{}
 
 	// last maps pod UID to its containers' states at the previous relist.
 	last map[types.UID]map[string]containerState
@@ -59,9 +63,9 @@ type Generic struct {
 func NewGeneric(runtime internalapi.RuntimeService, clk clock.WithTicker, period time.Duration) *Generic {
 	return &Generic{
 		runtime: runtime, clock: clk, period: period,
-		events:         make(chan *Event, channelCapacity),
-		relistRequests: make(chan types.UID, channelCapacity),
-		last:           map[types.UID]map[string]containerState{},
+		events:        make(chan *Event, channelCapacity),
+		requestSignal: make(chan struct{}, 1),
+		last:          map[types.UID]map[string]containerState{},
 	}
 }
 
@@ -90,9 +94,15 @@ func (g *Generic) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case uid := <-g.relistRequests:
-			if err := g.RelistPod(ctx, uid); err != nil && ctx.Err() == nil {
-				klog.FromContext(ctx).V(2).Info("GenericPLEG: unable to relist pod", "podUID", uid, "err", err)
+		case <-g.requestSignal:
+			g.requestMu.Lock()
+			uids := g.requested
+			g.requested = nil
+			g.requestMu.Unlock()
+			for uid := range uids {
+				if err := g.RelistPod(ctx, uid); err != nil && ctx.Err() == nil {
+					klog.FromContext(ctx).V(2).Info("GenericPLEG: unable to relist pod", "podUID", uid, "err", err)
+				}
 			}
 			continue
 		case <-ticker.C():
@@ -104,13 +114,17 @@ func (g *Generic) Run(ctx context.Context) {
 }
 
 // RequestRelist asks for one pod to be relisted now rather than at the next
-// period, as the kubelet's PLEGOnDemandRelist does; a full queue drops the
-// request, which the next periodic relist makes good.
-func (g *Generic) RequestRelist(ctx context.Context, uid types.UID) {
+// period, as the kubelet's PLEGOnDemandRelist does.
+func (g *Generic) RequestRelist(_ context.Context, uid types.UID) {
+	g.requestMu.Lock()
+	if g.requested == nil {
+		g.requested = map[types.UID]struct{}{}
+	}
+	g.requested[uid] = struct{}{}
+	g.requestMu.Unlock()
 	select {
-	case g.relistRequests <- uid:
+	case g.requestSignal <- struct{}{}:
 	default:
-		klog.FromContext(ctx).Error(nil, "Relist request channel full; dropping relist request", "podUID", uid)
 	}
 }
 

@@ -23,16 +23,23 @@ func drain(g *Generic) []Event {
 	}
 }
 
-func TestRelistEmitsContainerTransitions(t *testing.T) {
-	ctx := context.Background()
-	clk := clocktesting.NewFakeClock(time.Now())
+// newRuntime is a fake runtime with a pod CIDR, ready for sandboxes.
+func newRuntime(t *testing.T, clk *clocktesting.FakeClock) *fakeruntime.Runtime {
+	t.Helper()
 	rt := fakeruntime.New(fakeruntime.Config{Clock: clk, PreloadedImages: []string{"busybox"}})
-	if err := rt.UpdateRuntimeConfig(ctx, &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: "10.64.0.0/24"}}); err != nil {
+	if err := rt.UpdateRuntimeConfig(context.Background(), &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: "10.64.0.0/24"}}); err != nil {
 		t.Fatal(err)
 	}
-	g := NewGeneric(rt, clk, RelistPeriod)
-	labels := map[string]string{"io.kubernetes.pod.uid": "u1"}
-	sbConfig := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u1"}, Labels: labels}
+	return rt
+}
+
+// createContainer creates a sandbox for pod uid and one container in it,
+// labelled as the agent labels them, and returns the container's ID.
+func createContainer(t *testing.T, rt *fakeruntime.Runtime, uid string) string {
+	t.Helper()
+	ctx := context.Background()
+	labels := map[string]string{"io.kubernetes.pod.uid": uid}
+	sbConfig := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: uid, Namespace: "ns", Uid: uid}, Labels: labels}
 	sb, err := rt.RunPodSandbox(ctx, sbConfig, "")
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +50,15 @@ func TestRelistEmitsContainerTransitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return id
+}
+
+func TestRelistEmitsContainerTransitions(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Now())
+	rt := newRuntime(t, clk)
+	g := NewGeneric(rt, clk, RelistPeriod)
+	id := createContainer(t, rt, "u1")
 
 	steps := []struct {
 		name   string

@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	remote "k8s.io/cri-client/pkg"
 	utilexec "k8s.io/utils/exec"
+
+	"github.com/fleetlet/fleetlet/nodeagent/envvars"
 )
 
 // maxOutput is how much of a probe's output the kubelet keeps (10 KiB), for
@@ -78,43 +80,7 @@ func expandCommand(cmd []string, env []corev1.EnvVar) []string {
 	}
 	out := make([]string, len(cmd))
 	for i, arg := range cmd {
-		out[i] = expand(arg, vars)
+		out[i] = envvars.Expand(arg, vars)
 	}
 	return out
-}
-
-func expand(s string, vars map[string]string) string {
-	if !strings.Contains(s, "$") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '$' || i+1 == len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		switch s[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(s[i+2:], ')')
-			if end < 0 {
-				// An unclosed reference is kept as written.
-				b.WriteString("$(")
-				i++
-				continue
-			}
-			name := s[i+2 : i+2+end]
-			if v, ok := vars[name]; ok {
-				b.WriteString(v)
-			} else {
-				b.WriteString("$(" + name + ")")
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
 }
