@@ -61,6 +61,16 @@ func (l *LeaseLateness) renewed(lease string, at time.Time) {
 	l.last[lease] = at
 }
 
+// Restart forgets the lateness recorded so far, keeping each node's last
+// renewal so that the next one is measured from it: a window that starts
+// once a fleet has registered then excludes the registration storm.
+func (l *LeaseLateness) Restart() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hist.Reset()
+	l.renewals = 0
+}
+
 // HeartbeatStats is the load a fleet's heartbeats put on the control plane,
 // from the agents' side: lease renewals and node status patches per second,
 // and how late renewals came.

@@ -49,4 +49,14 @@ func TestLeaseLateness(t *testing.T) {
 	if st.LeaseUpdatesPerSecond != 0.1 || st.BytesReceivedPerSecond != 20 {
 		t.Errorf("rates: %+v", st)
 	}
+
+	// A window that starts after registration: what came before is
+	// forgotten, and the next renewal is measured from the last one, n1's
+	// 10 s before (the puts since then took 10 s).
+	l.Restart()
+	put(leasePathPrefix+"n1", 500*time.Millisecond)
+	st = Heartbeat(l, nil, 0, 0)
+	if st.Renewals != 1 || st.Lateness.Count != 1 || st.Lateness.MaxMs < 499 || st.Lateness.MaxMs > 501 {
+		t.Errorf("after Restart: %d renewals, lateness %+v; want one, 500 ms late", st.Renewals, st.Lateness)
+	}
 }
