@@ -143,7 +143,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.objects = objectcache.New(objectcache.Config{Client: cfg.Client, Clock: cfg.Clock})
 	a.volumes = volumemanager.New(volumemanager.Config{
-		Client: cfg.Client, Objects: a.objects, Events: events, PodsDir: cfg.PodsDir, Allocatable: cfg.Capacity,
+		Clock: cfg.Clock, Client: cfg.Client, Objects: a.objects, Events: events, PodsDir: cfg.PodsDir, Allocatable: cfg.Capacity,
 	})
 	runtimeConfig.ContainerOptions = a.containerOptions
 	if cfg.NetworkProber == nil {

@@ -56,6 +56,9 @@ type worker struct {
 	wake     chan struct{}
 	retry    clock.Timer
 	finished chan struct{}
+	// cancelSync ends the sync in flight, when the pod must terminate
+	// instead, as the kubelet's pod workers cancel a sync on a kill.
+	cancelSync context.CancelFunc
 }
 
 // PodWorkers owns the workers of one node.
@@ -92,6 +95,9 @@ func (p *PodWorkers) UpdatePod(pod *corev1.Pod) {
 	w.pod = pod
 	if pod.DeletionTimestamp != nil && w.state == syncing {
 		w.state = terminating
+		if w.cancelSync != nil {
+			w.cancelSync()
+		}
 	}
 	w.pending = true
 	signal(w.wake)
@@ -185,8 +191,16 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 		var err error
 		switch st {
 		case syncing:
+			syncCtx, cancel := context.WithCancel(ctx)
+			p.mu.Lock()
+			w.cancelSync = cancel
+			p.mu.Unlock()
 			var terminal bool
-			terminal, err = p.syncer.SyncPod(ctx, pod)
+			terminal, err = p.syncer.SyncPod(syncCtx, pod)
+			p.mu.Lock()
+			w.cancelSync = nil
+			p.mu.Unlock()
+			cancel()
 			if terminal && err == nil {
 				p.mu.Lock()
 				if w.state == syncing {
@@ -209,7 +223,11 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 				return
 			}
 		}
-		if err != nil && p.ctx.Err() == nil {
+		p.mu.Lock()
+		// A sync cancelled because the pod must terminate is not a failure.
+		superseded := st == syncing && w.state != syncing
+		p.mu.Unlock()
+		if err != nil && p.ctx.Err() == nil && !superseded {
 			logger.V(2).Info("Error syncing pod, skipping", "err", err)
 			p.retryAfter(w, wait.Jitter(p.retryDelay(err), retryJitterFactor))
 		}

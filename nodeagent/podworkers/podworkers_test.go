@@ -206,3 +206,33 @@ type retryAt time.Time
 
 func (r retryAt) Error() string        { return "backing off" }
 func (r retryAt) RetryTime() time.Time { return time.Time(r) }
+
+// blockingSyncer's SyncPod waits for its context, as a sync waiting for a
+// volume does.
+type blockingSyncer struct {
+	syncer
+	started chan struct{}
+}
+
+func (s *blockingSyncer) SyncPod(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	close(s.started)
+	<-ctx.Done()
+	return false, ctx.Err()
+}
+
+func TestKillCancelsTheSyncInFlight(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := &blockingSyncer{started: make(chan struct{})}
+	p := New(ctx, s, clocktesting.NewFakeClock(time.Now()))
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u1", ResourceVersion: "1"}}
+	p.UpdatePod(pod)
+	<-s.started
+	p.KillPod(pod)
+	err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return p.IsTerminated("u1"), nil
+	})
+	if err != nil {
+		t.Fatalf("the pod was not terminated while its sync waited: calls %v", s.calls)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +34,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/kubectl/pkg/util/fieldpath"
 	"k8s.io/kubectl/pkg/util/resource"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -46,8 +48,18 @@ type Sources interface {
 	Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
 }
 
+// The kubelet's timing: syncPod waits up to podAttachAndMountTimeout for a
+// pod's volumes, while the reconciler retries a failed mount with
+// exponential back-off from 500 ms, doubling to 2m2s.
+const (
+	attachAndMountTimeout      = 2 * time.Minute
+	initialDurationBeforeRetry = 500 * time.Millisecond
+	maxDurationBeforeRetry     = 2*time.Minute + 2*time.Second
+)
+
 // Config wires a Manager.
 type Config struct {
+	Clock clock.WithTicker
 	// Client makes the TokenRequests of service-account token projections.
 	Client  kubernetes.Interface
 	Objects Sources
@@ -82,10 +94,35 @@ var pluginNames = map[string]string{
 	"downwardAPI": "kubernetes.io~downward-api", "projected": "kubernetes.io~projected", "hostPath": "kubernetes.io~host-path",
 }
 
-// WaitForAttachAndMount sets up every volume of the pod not yet set up. For
-// each that fails it sends the kubelet's FailedMount event; the error lists
-// the volumes left unmounted, and the pod's sync is retried.
+// WaitForAttachAndMount sets up every volume of the pod not yet set up,
+// retrying failed ones with the kubelet's back-off for up to its timeout.
+// Each failure sends the kubelet's FailedMount event (the event
+// broadcaster aggregates repeats); after the timeout the error lists the
+// volumes left unmounted, and the pod's sync is retried.
 func (m *Manager) WaitForAttachAndMount(ctx context.Context, pod *corev1.Pod) error {
+	deadline := m.cfg.Clock.Now().Add(attachAndMountTimeout)
+	delay := initialDurationBeforeRetry
+	for {
+		unmounted, err := m.mountAll(ctx, pod)
+		if err == nil {
+			return nil
+		}
+		if m.cfg.Clock.Now().Add(delay).After(deadline) {
+			return fmt.Errorf("unable to attach or mount volumes of pod %s/%s: unmounted volumes=[%s]: %w",
+				pod.Namespace, pod.Name, strings.Join(unmounted, " "), err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-m.cfg.Clock.After(delay):
+		}
+		delay = min(2*delay, maxDurationBeforeRetry)
+	}
+}
+
+// mountAll tries once to set up each volume not yet set up, and returns the
+// names of those that failed with their errors.
+func (m *Manager) mountAll(ctx context.Context, pod *corev1.Pod) ([]string, error) {
 	var unmounted []string
 	var errs []error
 	for i := range pod.Spec.Volumes {
@@ -106,11 +143,7 @@ func (m *Manager) WaitForAttachAndMount(ctx context.Context, pod *corev1.Pod) er
 		m.mounted[pod.UID][v.Name] = true
 		m.mu.Unlock()
 	}
-	if len(unmounted) > 0 {
-		return fmt.Errorf("unable to attach or mount volumes of pod %s/%s: unmounted volumes=[%s]: %w",
-			pod.Namespace, pod.Name, strings.Join(unmounted, " "), errors.Join(errs...))
-	}
-	return nil
+	return unmounted, errors.Join(errs...)
 }
 
 func (m *Manager) isMounted(uid types.UID, name string) bool {

@@ -24,12 +24,13 @@ import (
 type harness struct {
 	client *fake.Clientset
 	events *record.FakeRecorder
+	clock  *clocktesting.FakeClock
 	m      *Manager
 	tokens []*authenticationv1.TokenRequest
 }
 
 func newHarness(t *testing.T, podsDir string, objects ...runtime.Object) *harness {
-	h := &harness{client: fake.NewClientset(objects...), events: record.NewFakeRecorder(100)}
+	h := &harness{client: fake.NewClientset(objects...), events: record.NewFakeRecorder(1000), clock: clocktesting.NewFakeClock(time.Unix(0, 0))}
 	h.client.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "token" {
 			return false, nil, nil
@@ -40,11 +41,33 @@ func newHarness(t *testing.T, podsDir string, objects ...runtime.Object) *harnes
 		out.Status.Token = "token-for-" + tr.Spec.BoundObjectRef.Name
 		return true, out, nil
 	})
-	// The cache's TTL is irrelevant here: every test object exists or not
-	// for the whole test, so a fixed clock is enough.
-	cache := objectcache.New(objectcache.Config{Client: h.client, Clock: clocktesting.NewFakePassiveClock(time.Unix(0, 0))})
-	h.m = New(Config{Client: h.client, Objects: cache, Events: h.events, PodsDir: podsDir})
+	// A TTL of a nanosecond: every retry sees the objects as they are now.
+	cache := objectcache.New(objectcache.Config{Client: h.client, Clock: h.clock, TTL: time.Nanosecond})
+	h.m = New(Config{Clock: h.clock, Client: h.client, Objects: cache, Events: h.events, PodsDir: podsDir})
 	return h
+}
+
+// wait runs WaitForAttachAndMount, stepping the fake clock by half a second
+// whenever it waits to retry, until it returns; before each step, poke (if
+// set) may change the world.
+func (h *harness) wait(t *testing.T, pod *corev1.Pod, poke func(retries int)) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- h.m.WaitForAttachAndMount(context.Background(), pod) }()
+	for retries := 0; ; {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(time.Millisecond):
+		}
+		if h.clock.HasWaiters() {
+			retries++
+			if poke != nil {
+				poke(retries)
+			}
+			h.clock.Step(initialDurationBeforeRetry)
+		}
+	}
 }
 
 func (h *harness) drainEvents() []string {
@@ -85,29 +108,55 @@ func TestMissingConfigMapHoldsThePodUntilItExists(t *testing.T) {
 	h := newHarness(t, "")
 	pod := testPod(configMapVolume("config", "app-config", false))
 
-	err := h.m.WaitForAttachAndMount(ctx, pod)
-	if err == nil || !strings.Contains(err.Error(), "unmounted volumes=[config]") {
-		t.Fatalf("err = %v, want the unmounted volume named", err)
+	err := h.wait(t, pod, func(retries int) {
+		if retries != 3 {
+			return
+		}
+		if _, err := h.client.CoreV1().ConfigMaps("ns").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app-config"}}, metav1.CreateOptions{}); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatalf("once the ConfigMap exists: %v", err)
 	}
 	events := h.drainEvents()
 	want := `Warning FailedMount MountVolume.SetUp failed for volume "config" : configmap "app-config" not found`
-	if len(events) != 1 || events[0] != want {
-		t.Errorf("events = %q, want [%q]", events, want)
+	// Tries at 0 s and 0.5 s fail; the one at 1.5 s finds the ConfigMap.
+	if len(events) != 2 || events[0] != want || events[1] != want {
+		t.Errorf("events = %q, want 2 × %q (one per failed try)", events, want)
 	}
+}
 
-	if _, err := h.client.CoreV1().ConfigMaps("ns").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app-config"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+func TestMountGivesUpAfterTheKubeletsTimeout(t *testing.T) {
+	h := newHarness(t, "")
+	pod := testPod(configMapVolume("config", "app-config", false))
+	start := h.clock.Now()
+	err := h.wait(t, pod, nil)
+	if err == nil || !strings.Contains(err.Error(), "unmounted volumes=[config]") {
+		t.Fatalf("err = %v, want the unmounted volume named", err)
 	}
-	if err := h.m.WaitForAttachAndMount(ctx, pod); err != nil {
-		t.Fatalf("once the ConfigMap exists: %v", err)
+	if waited := h.clock.Since(start); waited > attachAndMountTimeout+maxDurationBeforeRetry {
+		t.Errorf("gave up after %v, want about %v", waited, attachAndMountTimeout)
 	}
-	if events := h.drainEvents(); len(events) != 0 {
-		t.Errorf("events after mounting = %q, want none", events)
+}
+
+func TestMountStopsWhenTheSyncIsCancelled(t *testing.T) {
+	h := newHarness(t, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.m.WaitForAttachAndMount(ctx, testPod(configMapVolume("config", "app-config", false))) }()
+	cancel()
+	select {
+	case err := <-done:
+		if err != context.Canceled {
+			t.Errorf("err = %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("WaitForAttachAndMount did not return 30 s after its context ended")
 	}
 }
 
 func TestOptionalSourcesAndMissingKeys(t *testing.T) {
-	ctx := context.Background()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}, Data: map[string]string{"a": "1"}}
 	tests := []struct {
 		name    string
@@ -128,7 +177,7 @@ func TestOptionalSourcesAndMissingKeys(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, "", cm)
-			err := h.m.WaitForAttachAndMount(ctx, testPod(tt.volume))
+			err := h.wait(t, testPod(tt.volume), nil)
 			switch {
 			case tt.wantErr == "" && err != nil:
 				t.Errorf("err = %v, want none", err)
