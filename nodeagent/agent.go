@@ -211,6 +211,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.nodeLister = shared.Nodes()
 		defer shared.AddNodeHandler(cfg.NodeName, a.nodeHandler())()
+		// The shared informer listed before this node registered: wait for
+		// its watch to bring the Node, or the first status update would
+		// find nothing to update and wait a whole period.
+		if !cache.WaitForCacheSync(ctx.Done(), func() bool { _, err := a.getNode(); return err == nil }) {
+			return ctx.Err()
+		}
 	} else {
 		nodeInformer := a.newInformer(fields.OneTermEqualSelector(metav1.ObjectNameField, a.cfg.NodeName), &corev1.Node{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {

@@ -80,11 +80,20 @@ type Manager struct {
 	// mounted holds each pod's volumes that are set up, by name, so that a
 	// pod's later syncs fetch nothing again.
 	mounted map[types.UID]map[string]bool
+	// tokens are the pods' service-account tokens by request, kept as the
+	// kubelet's token manager keeps them: a projected volume retried
+	// because its ConfigMap is missing must not ask for a new token.
+	tokens map[types.UID]map[tokenKey]string
+}
+
+type tokenKey struct {
+	serviceAccount, audience string
+	expirationSeconds        int64
 }
 
 // New returns a Manager for cfg.
 func New(cfg Config) *Manager {
-	return &Manager{cfg: cfg, mounted: map[types.UID]map[string]bool{}}
+	return &Manager{cfg: cfg, mounted: map[types.UID]map[string]bool{}, tokens: map[types.UID]map[tokenKey]string{}}
 }
 
 // The kubelet's volume plugin names, which name the directories volumes
@@ -157,6 +166,7 @@ func (m *Manager) isMounted(uid types.UID, name string) bool {
 func (m *Manager) CleanupPod(uid types.UID) error {
 	m.mu.Lock()
 	delete(m.mounted, uid)
+	delete(m.tokens, uid)
 	m.mu.Unlock()
 	if m.cfg.PodsDir == "" {
 		return nil
@@ -385,16 +395,29 @@ func (m *Manager) tokenFiles(ctx context.Context, pod *corev1.Pod, src *corev1.S
 	if sa == "" {
 		sa = "default"
 	}
+	key := tokenKey{serviceAccount: sa, audience: src.Audience, expirationSeconds: ptr.Deref(src.ExpirationSeconds, 3600)}
+	m.mu.Lock()
+	token, ok := m.tokens[pod.UID][key]
+	m.mu.Unlock()
+	if ok {
+		return []file{{path: src.Path, data: []byte(token), mode: mode}}, nil
+	}
 	tr, err := m.cfg.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{
 			Audiences:         audiences,
-			ExpirationSeconds: ptr.To(ptr.Deref(src.ExpirationSeconds, 3600)),
+			ExpirationSeconds: ptr.To(key.expirationSeconds),
 			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("failed to fetch token: %w", err)
 	}
+	m.mu.Lock()
+	if m.tokens[pod.UID] == nil {
+		m.tokens[pod.UID] = map[tokenKey]string{}
+	}
+	m.tokens[pod.UID][key] = tr.Status.Token
+	m.mu.Unlock()
 	return []file{{path: src.Path, data: []byte(tr.Status.Token), mode: mode}}, nil
 }
 

@@ -144,7 +144,9 @@ func TestMountStopsWhenTheSyncIsCancelled(t *testing.T) {
 	h := newHarness(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- h.m.WaitForAttachAndMount(ctx, testPod(configMapVolume("config", "app-config", false))) }()
+	go func() {
+		done <- h.m.WaitForAttachAndMount(ctx, testPod(configMapVolume("config", "app-config", false)))
+	}()
 	cancel()
 	select {
 	case err := <-done:
@@ -273,5 +275,24 @@ func TestSubPathMustStayInsideTheVolume(t *testing.T) {
 	pod.Spec.Containers[0].VolumeMounts[0].SubPath = "../../etc"
 	if _, err := h.m.Mounts(pod, &pod.Spec.Containers[0]); err == nil {
 		t.Error("a subPath with .. was accepted")
+	}
+}
+
+func TestRetriedProjectionReusesItsToken(t *testing.T) {
+	h := newHarness(t, "")
+	pod := testPod(corev1.Volume{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+		{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}},
+		{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}}},
+	}}}})
+	err := h.wait(t, pod, func(retries int) {
+		if retries == 4 {
+			_, _ = h.client.CoreV1().ConfigMaps("ns").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kube-root-ca.crt"}}, metav1.CreateOptions{})
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.tokens) != 1 {
+		t.Errorf("%d token requests for one pod whose volume was retried, want 1", len(h.tokens))
 	}
 }
