@@ -263,7 +263,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	goRun(a.imageGC.Run)
 	goRun(a.containerGC.Run)
 	if kubeletAPI != nil {
-		srv, err := a.kubeletAPI(a.stats.Summary)
+		srv, err := a.kubeletAPI()
 		if err != nil {
 			return err
 		}

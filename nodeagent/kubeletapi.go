@@ -20,7 +20,6 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	crilogs "k8s.io/cri-client/pkg/logs"
-	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
@@ -53,9 +52,9 @@ func (a *Agent) listenKubeletAPI() (net.Listener, error) {
 	return ln, nil
 }
 
-func (a *Agent) kubeletAPI(summary func(context.Context) (*statsapi.Summary, error)) (*server.Server, error) {
+func (a *Agent) kubeletAPI() (*server.Server, error) {
 	return server.New(server.Config{
-		NodeName: a.cfg.NodeName, Pods: a.podList, Summary: summary, Logs: a.containerLogs, Exec: a.exec, StreamURL: a.streamURL,
+		NodeName: a.cfg.NodeName, Pods: a.podList, Summary: a.stats.Summary, Logs: a.containerLogs, Exec: a.exec, StreamURL: a.streamURL,
 		Authenticator: a.cfg.Serving.Authenticator, Authorizer: a.cfg.Serving.Authorizer, Clock: a.cfg.Clock,
 	})
 }
