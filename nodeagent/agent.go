@@ -147,7 +147,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	runtimeConfig.ContainerOptions = a.containerOptions
 	if cfg.NetworkProber == nil {
-		// A real node: httpGet and tcpSocket hooks reach the pod, as probes do.
+		// A real node: httpGet hooks reach the pod, as probes do.
 		runtimeConfig.NetworkHook = networkHook(prober.NewHTTPRunner(nil))
 	}
 	a.runtime = kuberuntime.NewManager(runtimeConfig)
