@@ -8,9 +8,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/fleetlet/fleetlet/nodeagent"
 )
 
 // Watch modes: how agents learn of their pods and their Node.
@@ -46,32 +47,15 @@ func NewSharedInformers(client kubernetes.Interface) *SharedInformers {
 		nodeHandlers: dispatcher{handlers: map[string]*cache.ResourceEventHandler{}},
 	}
 	pods := client.CoreV1().Pods(metav1.NamespaceAll)
-	s.pods = newInformer(client, fields.OneTermNotEqualSelector("spec.nodeName", ""), &corev1.Pod{},
+	s.pods = nodeagent.NewInformer(client, fields.OneTermNotEqualSelector("spec.nodeName", ""), &corev1.Pod{},
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) }, pods.Watch,
 		cache.Indexers{nodeNameIndex: func(obj any) ([]string, error) { return []string{obj.(*corev1.Pod).Spec.NodeName}, nil }})
 	nodes := client.CoreV1().Nodes()
-	s.nodes = newInformer(client, fields.Everything(), &corev1.Node{},
+	s.nodes = nodeagent.NewInformer(client, fields.Everything(), &corev1.Node{},
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return nodes.List(ctx, o) }, nodes.Watch, cache.Indexers{})
 	_, _ = s.pods.AddEventHandler(s.podHandlers.handler(func(obj any) string { return obj.(*corev1.Pod).Spec.NodeName }))
 	_, _ = s.nodes.AddEventHandler(s.nodeHandlers.handler(func(obj any) string { return obj.(*corev1.Node).Name }))
 	return s
-}
-
-func newInformer(client kubernetes.Interface, selector fields.Selector, obj runtime.Object,
-	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), indexers cache.Indexers) cache.SharedIndexInformer {
-	sel := selector.String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return list(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return watchFn(ctx, o)
-		},
-	}
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), obj, 0, indexers)
 }
 
 // Run runs both informers until ctx ends.

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -218,11 +219,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			return ctx.Err()
 		}
 	} else {
-		nodeInformer := a.newInformer(fields.OneTermEqualSelector(metav1.ObjectNameField, a.cfg.NodeName), &corev1.Node{},
+		nodeInformer := NewInformer(cfg.Client, fields.OneTermEqualSelector(metav1.ObjectNameField, a.cfg.NodeName), &corev1.Node{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return cfg.Client.CoreV1().Nodes().List(ctx, o)
 			},
-			cfg.Client.CoreV1().Nodes().Watch)
+			cfg.Client.CoreV1().Nodes().Watch, cache.Indexers{})
 		_, _ = nodeInformer.AddEventHandler(a.nodeHandler())
 		a.nodeLister = nodeInformer.GetIndexer()
 		goRun(nodeInformer.RunWithContext)
@@ -251,8 +252,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		// The kubelet's pod source: every pod bound to this node, in any
 		// namespace.
 		pods := cfg.Client.CoreV1().Pods(metav1.NamespaceAll)
-		podInformer := a.newInformer(fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName), &corev1.Pod{},
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) }, pods.Watch)
+		podInformer := NewInformer(cfg.Client, fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName), &corev1.Pod{},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) }, pods.Watch, cache.Indexers{})
 		_, _ = podInformer.AddEventHandler(a.podHandler())
 		a.sourcesReady = podInformer.HasSynced
 		goRun(podInformer.RunWithContext)
@@ -300,12 +301,13 @@ func (a *Agent) syncLoop(ctx context.Context) {
 	}
 }
 
-// newInformer is an informer of the objects selector picks, with no resync.
-// The ListWatch carries the client, so that clients without watch-list
-// streaming (the fake clientset in tests) fall back to list and watch.
-func (a *Agent) newInformer(selector fields.Selector, obj runtime.Object,
+// NewInformer is an informer of the objects selector picks, with no resync:
+// an agent's own watches, and the fleet's shared ones. The ListWatch carries
+// the client, so that clients without watch-list streaming (the fake
+// clientset in tests) fall back to list and watch.
+func NewInformer(client kubernetes.Interface, selector fields.Selector, obj runtime.Object,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.SharedIndexInformer {
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), indexers cache.Indexers) cache.SharedIndexInformer {
 	sel := selector.String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -317,7 +319,7 @@ func (a *Agent) newInformer(selector fields.Selector, obj runtime.Object,
 			return watchFn(ctx, o)
 		},
 	}
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, a.cfg.Client), obj, 0, cache.Indexers{})
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), obj, 0, indexers)
 }
 
 func (a *Agent) nodeHandler() cache.ResourceEventHandler {
