@@ -49,6 +49,12 @@ func (r *marks) has(uid types.UID, m reports.Milestone) bool {
 	return ok
 }
 
+func (r *marks) at(uid types.UID, m reports.Milestone) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[uid][m]
+}
+
 type harness struct {
 	client  *fake.Clientset
 	runtime *fakeruntime.Runtime
@@ -216,13 +222,16 @@ func TestAgentRunsAndDeletesPod(t *testing.T) {
 	// The status manager stamps a report once its patch returns, which the
 	// fake client may show the test first.
 	h.eventually(t, "every agent milestone is stamped", func() bool {
-		for _, m := range []reports.Milestone{reports.AgentObserved, reports.SandboxReady, reports.ImagesPulled, reports.ContainersStarted, reports.RunningReported, reports.ReadyReported} {
+		for _, m := range []reports.Milestone{reports.AgentObserved, reports.SandboxReady, reports.ImagesPulled, reports.ContainersStarted, reports.RunningSet, reports.RunningReported, reports.ReadyReported} {
 			if !h.marks.has(pod.UID, m) {
 				return false
 			}
 		}
 		return true
 	})
+	if set, reported := h.marks.at(pod.UID, reports.RunningSet), h.marks.at(pod.UID, reports.RunningReported); set.After(reported) {
+		t.Errorf("running_set %v is after running_reported %v", set, reported)
+	}
 
 	// A graceful delete: the API server sets the deletion timestamp and
 	// waits for the kubelet to stop the containers and delete with grace 0.

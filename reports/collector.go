@@ -154,6 +154,11 @@ var DefaultPhases = []PhaseSpec{
 	{Name: "agent_observed_to_sandbox_ready", From: AgentObserved, To: SandboxReady},
 	{Name: "sandbox_ready_to_containers_started", From: SandboxReady, To: ContainersStarted},
 	{Name: "containers_started_to_running_reported", From: ContainersStarted, To: RunningReported},
+	// The same phase cut at the status manager: the agent's work up to
+	// holding Running (the kubelet's pod start duration), then the wait
+	// for the status write, which the API server's latency sets.
+	{Name: "agent_observed_to_running_set", From: AgentObserved, To: RunningSet},
+	{Name: "running_set_to_running_reported", From: RunningSet, To: RunningReported},
 	{Name: "running_reported_to_running_observed", From: RunningReported, To: RunningObserved},
 	{Name: "running_reported_to_ready_reported", From: RunningReported, To: ReadyReported},
 	{Name: "create_to_running_observed", From: Created, To: RunningObserved},

@@ -9,6 +9,9 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 )
 
+// leaseWriteLatency names the lease PUTs' latency distribution.
+const leaseWriteLatency = "lease_write_latency"
+
 // leasePathPrefix is where every node's Lease lives.
 const leasePathPrefix = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"
 
@@ -17,6 +20,11 @@ const leasePathPrefix = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease
 // renewal, less the renew interval. A renewal on time counts as 0. This is
 // what keeps nodes Ready: a node whose renewals fall behind by the lease
 // duration (40 s) is marked NotReady by the node lifecycle controller.
+//
+// Lateness has two parts: the lease controller's own jitter (it waits
+// 0-4 % longer than the interval, up to 400 ms, by design) and how long
+// the PUT took. The second is measured apart, as the write latency, so a
+// reader can tell the API server's share from the agents'.
 type LeaseLateness struct {
 	interval time.Duration
 	now      func() time.Time
@@ -24,24 +32,29 @@ type LeaseLateness struct {
 	mu       sync.Mutex
 	last     map[string]time.Time
 	hist     *hdrhistogram.Histogram
+	writes   *hdrhistogram.Histogram
 	renewals int64
 }
 
 // NewLeaseLateness tracks renewals expected every interval (the lease
 // controller's renew interval: 10 s by default).
 func NewLeaseLateness(interval time.Duration) *LeaseLateness {
-	return &LeaseLateness{interval: interval, now: time.Now, last: map[string]time.Time{}, hist: NewHistogram()}
+	return &LeaseLateness{interval: interval, now: time.Now, last: map[string]time.Time{}, hist: NewHistogram(), writes: NewHistogram()}
 }
 
 // Wrap observes lease updates going through rt; usable as a
 // rest.Config WrapTransport, chained with APICounter.Wrap.
 func (l *LeaseLateness) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		name, isLease := strings.CutPrefix(req.URL.Path, leasePathPrefix)
+		isLease = isLease && req.Method == http.MethodPut && !strings.Contains(name, "/")
+		var sent time.Time
+		if isLease {
+			sent = l.now()
+		}
 		resp, err := rt.RoundTrip(req)
-		if err == nil && req.Method == http.MethodPut && resp.StatusCode/100 == 2 {
-			if name, ok := strings.CutPrefix(req.URL.Path, leasePathPrefix); ok && !strings.Contains(name, "/") {
-				l.renewed(name, l.now())
-			}
+		if isLease && err == nil && resp.StatusCode/100 == 2 {
+			l.renewed(name, sent, l.now())
 		}
 		return resp, err
 	})
@@ -51,9 +64,10 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-func (l *LeaseLateness) renewed(lease string, at time.Time) {
+func (l *LeaseLateness) renewed(lease string, sent, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	recordMicros(l.writes, at.Sub(sent))
 	if prev, ok := l.last[lease]; ok {
 		recordMicros(l.hist, max(at.Sub(prev)-l.interval, 0))
 		l.renewals++
@@ -68,6 +82,7 @@ func (l *LeaseLateness) Restart() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.hist.Reset()
+	l.writes.Reset()
 	l.renewals = 0
 }
 
@@ -92,15 +107,21 @@ type HeartbeatStats struct {
 	// Lateness is the renewal lateness: how long after the renew interval
 	// each renewal came.
 	Lateness PhaseSummary `json:"lateness"`
+	// LeaseWriteLatency is how long each successful lease PUT took, from
+	// the request leaving the agent's client to its response: the API
+	// server's part of the lateness.
+	LeaseWriteLatency PhaseSummary `json:"leaseWriteLatency"`
 }
 
 // Heartbeat summarises the fleet's heartbeats over wallSeconds.
 func Heartbeat(l *LeaseLateness, api []APIStat, openWatches int, wallSeconds float64) HeartbeatStats {
 	l.mu.Lock()
 	hist := hdrhistogram.Import(l.hist.Export())
+	writes := hdrhistogram.Import(l.writes.Export())
 	st := HeartbeatStats{Nodes: len(l.last), Renewals: l.renewals, OpenWatches: openWatches}
 	l.mu.Unlock()
 	st.Lateness = Phase{Name: "lease_renewal_lateness", Count: int(hist.TotalCount()), Hist: hist}.Summary()
+	st.LeaseWriteLatency = Phase{Name: leaseWriteLatency, Count: int(writes.TotalCount()), Hist: writes}.Summary()
 	if wallSeconds <= 0 {
 		return st
 	}

@@ -1,6 +1,7 @@
 package reports
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -8,18 +9,22 @@ import (
 )
 
 func TestLeaseLateness(t *testing.T) {
+	// Each PUT takes 2 ms on the server.
+	const took = 2 * time.Millisecond
+	now := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now = now.Add(took)
 		if r.URL.Path == leasePathPrefix+"failing" {
 			http.Error(w, "conflict", http.StatusConflict)
 		}
 	}))
 	defer server.Close()
 	l := NewLeaseLateness(10 * time.Second)
-	now := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	l.now = func() time.Time { return now }
 	rt := l.Wrap(http.DefaultTransport)
+	// put's PUT completes after since the previous one did.
 	put := func(path string, after time.Duration) {
-		now = now.Add(after)
+		now = now.Add(after - took)
 		req, _ := http.NewRequest(http.MethodPut, server.URL+path, nil)
 		resp, err := rt.RoundTrip(req)
 		if err != nil {
@@ -46,6 +51,9 @@ func TestLeaseLateness(t *testing.T) {
 	if st.Lateness.Count != 4 || st.Lateness.MaxMs < 2990 || st.Lateness.MaxMs > 3010 || st.Lateness.P50Ms != 0 {
 		t.Errorf("lateness %+v, want 4 renewals, max 3 s, median 0", st.Lateness)
 	}
+	if w := st.LeaseWriteLatency; w.Count != 6 || w.P50Ms < 1.9 || w.MaxMs > 2.1 {
+		t.Errorf("write latency %+v, want 6 successful PUTs of 2 ms", w)
+	}
 	if st.LeaseUpdatesPerSecond != 0.1 || st.BytesReceivedPerSecond != 20 {
 		t.Errorf("rates: %+v", st)
 	}
@@ -58,5 +66,37 @@ func TestLeaseLateness(t *testing.T) {
 	st = Heartbeat(l, nil, 0, 0)
 	if st.Renewals != 1 || st.Lateness.Count != 1 || st.Lateness.MaxMs < 499 || st.Lateness.MaxMs > 501 {
 		t.Errorf("after Restart: %d renewals, lateness %+v; want one, 500 ms late", st.Renewals, st.Lateness)
+	}
+}
+
+// Two shards' heartbeats merge into what one process watching both would
+// have measured, lateness and write latency alike; a report from before
+// write latencies were measured merges as nothing.
+func TestMergeHeartbeats(t *testing.T) {
+	shards := []*LeaseLateness{NewLeaseLateness(10 * time.Second), NewLeaseLateness(10 * time.Second)}
+	whole := NewLeaseLateness(10 * time.Second)
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	for i := range 200 {
+		lease := fmt.Sprintf("node-%d", i%20)
+		sent := at.Add(time.Duration(i) * time.Second)
+		done := sent.Add(time.Duration(i*i%997) * time.Millisecond)
+		shards[i%2].renewed(lease, sent, done)
+		whole.renewed(lease, sent, done)
+	}
+	heartbeat := func(l *LeaseLateness) *HeartbeatStats { h := Heartbeat(l, nil, 0, 0); return &h }
+	old := &Report{Heartbeat: &HeartbeatStats{Nodes: 1, Lateness: Phase{Name: "lease_renewal_lateness", Hist: NewHistogram()}.Summary()}}
+	m, err := mergeHeartbeats([]*Report{{Heartbeat: heartbeat(shards[0])}, {Heartbeat: heartbeat(shards[1])}, old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := heartbeat(whole)
+	for _, pair := range [][2]PhaseSummary{{m.Lateness, want.Lateness}, {m.LeaseWriteLatency, want.LeaseWriteLatency}} {
+		got, w := pair[0], pair[1]
+		if got.Count != w.Count || got.P99Ms != w.P99Ms || got.MaxMs != w.MaxMs || got.Name != w.Name {
+			t.Errorf("merged %+v, want %+v", got, w)
+		}
+	}
+	if m.LeaseWriteLatency.Count != 200 {
+		t.Errorf("merged write latencies: %d, want 200", m.LeaseWriteLatency.Count)
 	}
 }

@@ -138,10 +138,11 @@ func Merge(reports ...*Report) (*Report, error) {
 }
 
 // mergeHeartbeats adds the heartbeats of shards that ran side by side: their
-// rates add up, and their lateness histograms merge exactly.
+// rates add up, and their lateness and write latency histograms merge
+// exactly.
 func mergeHeartbeats(reports []*Report) (*HeartbeatStats, error) {
 	var out *HeartbeatStats
-	var lateness []PhaseSummary
+	var lateness, writes []PhaseSummary
 	for _, r := range reports {
 		h := r.Heartbeat
 		if h == nil {
@@ -158,6 +159,11 @@ func mergeHeartbeats(reports []*Report) (*HeartbeatStats, error) {
 		out.BytesSentPerSecond += h.BytesSentPerSecond
 		out.BytesReceivedPerSecond += h.BytesReceivedPerSecond
 		lateness = append(lateness, h.Lateness)
+		// A report from before write latencies were measured has an
+		// unnamed, empty one: named here, it merges as nothing.
+		w := h.LeaseWriteLatency
+		w.Name = leaseWriteLatency
+		writes = append(writes, w)
 	}
 	if out == nil {
 		return nil, nil
@@ -167,6 +173,11 @@ func mergeHeartbeats(reports []*Report) (*HeartbeatStats, error) {
 		return nil, fmt.Errorf("lease renewal lateness: %w", err)
 	}
 	out.Lateness = merged[0]
+	merged, err = mergePhases([]*Report{{Phases: writes}}, func(r *Report) []PhaseSummary { return r.Phases })
+	if err != nil {
+		return nil, fmt.Errorf("lease write latency: %w", err)
+	}
+	out.LeaseWriteLatency = merged[0]
 	return out, nil
 }
 

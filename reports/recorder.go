@@ -40,6 +40,11 @@ const (
 	DeleteIssued
 	// Gone: the driver's watch saw the pod object removed.
 	Gone
+	// RunningSet: the agent's status manager first held phase Running,
+	// before any write to the API server. The kubelet's own
+	// kubelet_pod_start_duration_seconds ends here; RunningReported follows
+	// once the status manager's queue and its GET have gone by.
+	RunningSet
 
 	numMilestones
 )
@@ -47,7 +52,7 @@ const (
 var milestoneNames = [numMilestones]string{
 	"created", "scheduled", "agent_observed", "sandbox_ready", "pull_started", "images_pulled",
 	"containers_started", "running_reported", "ready_reported", "running_observed",
-	"delete_issued", "gone",
+	"delete_issued", "gone", "running_set",
 }
 
 func (m Milestone) String() string {

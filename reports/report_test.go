@@ -39,7 +39,8 @@ func sampleCollector() *Collector {
 		}
 		step(ImagesPulled, 0)
 		step(ContainersStarted, 15*ms)
-		step(RunningReported, 3*ms+time.Duration(i%5)*ms)
+		step(RunningSet, 1*ms)
+		step(RunningReported, 2*ms+time.Duration(i%5)*ms)
 		step(ReadyReported, 1*ms)
 		step(RunningObserved, 2*ms)
 		if i <= 150 {
@@ -75,6 +76,12 @@ func sampleReport() *Report {
 		late.Count++
 	}
 	r.Heartbeat.Lateness = late.Summary()
+	writes := Phase{Name: leaseWriteLatency, Hist: NewHistogram()}
+	for i := range 80 {
+		recordMicros(writes.Hist, time.Duration(2+i%9)*time.Millisecond)
+		writes.Count++
+	}
+	r.Heartbeat.LeaseWriteLatency = writes.Summary()
 	r.EvaluateSLOs(SLOThresholds{})
 	return r
 }

@@ -40,9 +40,9 @@ func RenderSummary(w io.Writer, r *Report) {
 		fmt.Fprintln(w, line)
 	}
 	if h := r.Heartbeat; h != nil {
-		fmt.Fprintf(w, "heartbeats: %s lease updates/s, %s node status patches/s, renewal lateness p99 %s ms (max %s ms), %d open watches\n",
+		fmt.Fprintf(w, "heartbeats: %s lease updates/s, %s node status patches/s, renewal lateness p99 %s ms (max %s ms; lease PUT p99 %s ms), %d open watches\n",
 			strconv.FormatFloat(h.LeaseUpdatesPerSecond, 'f', 1, 64), strconv.FormatFloat(h.NodeStatusPatchesPerSecond, 'f', 2, 64),
-			fmtMs(h.Lateness.P99Ms), fmtMs(h.Lateness.MaxMs), h.OpenWatches)
+			fmtMs(h.Lateness.P99Ms), fmtMs(h.Lateness.MaxMs), fmtMs(h.LeaseWriteLatency.P99Ms), h.OpenWatches)
 	}
 
 	if len(r.API) > 0 {

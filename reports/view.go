@@ -326,12 +326,13 @@ func heartbeatFacts(h *HeartbeatStats) []keyValue {
 	if h == nil {
 		return nil
 	}
-	l := h.Lateness
+	l, w := h.Lateness, h.LeaseWriteLatency
 	return []keyValue{
 		{"Nodes renewing their lease", strconv.Itoa(h.Nodes)},
 		{"Lease updates", strconv.FormatFloat(h.LeaseUpdatesPerSecond, 'f', 1, 64) + "/s"},
 		{"Node status patches", strconv.FormatFloat(h.NodeStatusPatchesPerSecond, 'f', 2, 64) + "/s"},
 		{"Lease renewal lateness", fmt.Sprintf("p50 %s ms, p99 %s ms, max %s ms over %d renewals", fmtMs(l.P50Ms), fmtMs(l.P99Ms), fmtMs(l.MaxMs), l.Count)},
+		{"Lease PUT latency (its API share)", fmt.Sprintf("p50 %s ms, p99 %s ms, max %s ms", fmtMs(w.P50Ms), fmtMs(w.P99Ms), fmtMs(w.MaxMs))},
 		{"Open watches", strconv.Itoa(h.OpenWatches)},
 		{"Agents' traffic", fmt.Sprintf("%s/s sent, %s/s received", fmtBytes(int64(h.BytesSentPerSecond)), fmtBytes(int64(h.BytesReceivedPerSecond)))},
 	}

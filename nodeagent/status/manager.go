@@ -71,6 +71,11 @@ func (m *Manager) SetPodStatus(pod *corev1.Pod, st corev1.PodStatus) {
 	}
 	m.mu.Unlock()
 	if changed {
+		if st.Phase == corev1.PodRunning {
+			// Where the kubelet observes its pod start duration: the
+			// recorder keeps the first stamp, the moment Running was held.
+			m.cfg.Recorder.Mark(pod.UID, reports.RunningSet, m.cfg.Clock.Now())
+		}
 		m.kick()
 	}
 }
