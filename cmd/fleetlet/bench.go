@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +20,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -34,7 +38,10 @@ func newBenchCommand() *cobra.Command {
 		Short: "Cost of idle agents: RSS, CPU and goroutines per node, start-up time and lease lateness, for several fleet sizes",
 		Long: "For each --nodes size, starts a fresh control plane and an idle fleet of that size, waits until every node " +
 			"is Ready, lets it settle, then measures this process over --idle: RSS and goroutines above the process before " +
-			"the fleet started, CPU over the window, each divided by the nodes; lease renewal lateness; NodeNotReady events.",
+			"the fleet started, CPU over the window, each divided by the nodes; lease renewal lateness and the lease PUTs' " +
+			"latency; NodeNotReady events. With --pods-per-node, it then creates that many pods per node at --pod-qps, " +
+			"waits for them Running, deletes them and waits for them gone, and adds the pods' phase p99s. With --repeat, " +
+			"each size runs that many times on fresh control planes and the table shows the medians.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := settings(cmd)
@@ -50,6 +57,10 @@ func newBenchCommand() *cobra.Command {
 		fs.Duration("idle", 2*time.Minute, "measurement window")
 		fs.Duration("ready-timeout", 10*time.Minute, "how long to wait for every node to be Ready")
 		fs.String("dir", "", "directory for the control planes' data and logs (default: a new temporary directory)")
+		fs.Int("repeat", 1, "runs of each size; the table shows each figure's median over them")
+		fs.Int("pods-per-node", 0, "after the idle window, create this many pods per node, wait Running, delete them and wait gone")
+		fs.Float64("pod-qps", 100, "pods created (and deleted) per second with --pods-per-node")
+		fs.Duration("pod-timeout", 10*time.Minute, "how long to wait for the pods Running, and then gone")
 	})
 	cmd.AddCommand(fleetCmd)
 	return cmd
@@ -57,7 +68,9 @@ func newBenchCommand() *cobra.Command {
 
 // benchResult is one fleet size's figures.
 type benchResult struct {
-	nodes             int
+	nodes int
+	// runs is how many runs the figures are the medians of.
+	runs              int
 	startup           time.Duration
 	rssPerNode        float64 // KiB
 	cpuPerNode        float64 // millicores
@@ -67,7 +80,14 @@ type benchResult struct {
 	// the registration and the settling before it.
 	latenessP99Ms, latenessMax float64
 	startupLatenessP99Ms       float64
-	notReadyEvents             int
+	// leasePutP99Ms is the lease PUTs' own latency over the window: the
+	// API server's part of the lateness.
+	leasePutP99Ms  float64
+	notReadyEvents int
+	// pods is 0 unless --pods-per-node ran a load; the phase p99s are then
+	// over its pods.
+	pods                                       int
+	podStartupP99Ms, agentP99Ms, agentOwnP99Ms float64
 }
 
 func benchFleet(ctx context.Context, v *viper.Viper) error {
@@ -82,6 +102,13 @@ func benchFleet(ctx context.Context, v *viper.Viper) error {
 		}
 		sizes = append(sizes, n)
 	}
+	repeat := v.GetInt("repeat")
+	if repeat < 1 {
+		return fmt.Errorf("--repeat %d: want 1 or more runs of each size", repeat)
+	}
+	if v.GetInt("pods-per-node") < 0 || v.GetFloat64("pod-qps") <= 0 {
+		return fmt.Errorf("--pods-per-node %d --pod-qps %v: want a count of 0 or more and a positive rate", v.GetInt("pods-per-node"), v.GetFloat64("pod-qps"))
+	}
 	dir := v.GetString("dir")
 	if dir == "" {
 		var err error
@@ -89,20 +116,60 @@ func benchFleet(ctx context.Context, v *viper.Viper) error {
 			return err
 		}
 	}
-	var results []benchResult
+	var medians []benchResult
 	for _, n := range sizes {
-		r, err := benchOne(ctx, v, n, filepath.Join(dir, fmt.Sprintf("nodes-%d", n)))
-		if err != nil {
-			return fmt.Errorf("%d nodes: %w", n, err)
+		var runs []benchResult
+		for i := range repeat {
+			r, err := benchOne(ctx, v, n, filepath.Join(dir, fmt.Sprintf("nodes-%d-run-%d", n, i+1)))
+			if err != nil {
+				return fmt.Errorf("%d nodes, run %d: %w", n, i+1, err)
+			}
+			runs = append(runs, r)
+			if repeat > 1 {
+				fmt.Fprintf(os.Stderr, "fleetlet: %d nodes, run %d of %d:\n", n, i+1, repeat)
+				printBench(os.Stderr, runs[i:])
+			}
 		}
-		results = append(results, r)
-		printBench(os.Stdout, results)
+		medians = append(medians, medianResult(runs))
+		printBench(os.Stdout, medians)
 	}
 	return nil
 }
 
+// medianResult is each figure's median over runs of one size, and the
+// NodeNotReady events of them all: one in any run is one too many.
+func medianResult(runs []benchResult) benchResult {
+	field := func(get func(*benchResult) float64) float64 {
+		vals := make([]float64, len(runs))
+		for i := range runs {
+			vals[i] = get(&runs[i])
+		}
+		slices.Sort(vals)
+		if n := len(vals); n%2 == 0 {
+			return (vals[n/2-1] + vals[n/2]) / 2
+		}
+		return vals[len(vals)/2]
+	}
+	m := benchResult{nodes: runs[0].nodes, runs: len(runs), pods: runs[0].pods}
+	m.startup = time.Duration(field(func(r *benchResult) float64 { return float64(r.startup) }))
+	m.rssPerNode = field(func(r *benchResult) float64 { return r.rssPerNode })
+	m.cpuPerNode = field(func(r *benchResult) float64 { return r.cpuPerNode })
+	m.goroutinesPerNode = field(func(r *benchResult) float64 { return r.goroutinesPerNode })
+	m.latenessP99Ms = field(func(r *benchResult) float64 { return r.latenessP99Ms })
+	m.latenessMax = field(func(r *benchResult) float64 { return r.latenessMax })
+	m.startupLatenessP99Ms = field(func(r *benchResult) float64 { return r.startupLatenessP99Ms })
+	m.leasePutP99Ms = field(func(r *benchResult) float64 { return r.leasePutP99Ms })
+	m.podStartupP99Ms = field(func(r *benchResult) float64 { return r.podStartupP99Ms })
+	m.agentP99Ms = field(func(r *benchResult) float64 { return r.agentP99Ms })
+	m.agentOwnP99Ms = field(func(r *benchResult) float64 { return r.agentOwnP99Ms })
+	for _, r := range runs {
+		m.notReadyEvents += r.notReadyEvents
+	}
+	return m
+}
+
 func benchOne(ctx context.Context, v *viper.Viper, n int, dir string) (res benchResult, err error) {
-	res.nodes = n
+	res.nodes, res.runs = n, 1
 	cl, err := openCluster(ctx, v, dir)
 	if err != nil {
 		return res, err
@@ -118,7 +185,8 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string) (res bench
 	debug.FreeOSMemory()
 	rss0, g0 := currentRSS(), runtime.NumGoroutine()
 	lateness := reports.NewLeaseLateness(nodeagent.LeaseRenewInterval(nodeagent.DefaultKubeletConfiguration()))
-	f, _, cleanup, err := newFleet(ctx, v, profile, cl, reports.Discard{}, func(rt http.RoundTripper) http.RoundTripper { return lateness.Wrap(rt) })
+	collector := reports.NewCollector()
+	f, _, cleanup, err := newFleet(ctx, v, profile, cl, collector, func(rt http.RoundTripper) http.RoundTripper { return lateness.Wrap(rt) })
 	if err != nil {
 		return res, err
 	}
@@ -153,6 +221,20 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string) (res bench
 	res.goroutinesPerNode = float64(runtime.NumGoroutine()-g0) / float64(n)
 	hb := reports.Heartbeat(lateness, nil, 0, 0)
 	res.latenessP99Ms, res.latenessMax = hb.Lateness.P99Ms, hb.Lateness.MaxMs
+	res.leasePutP99Ms = hb.LeaseWriteLatency.P99Ms
+	if perNode := v.GetInt("pods-per-node"); perNode > 0 {
+		if err := benchPods(ctx, v, cl, profile, collector, n*perNode); err != nil {
+			return res, err
+		}
+		res.pods = n * perNode
+		phases := map[string]float64{}
+		for _, p := range reports.Summaries(collector.Phases(append(slices.Clone(reports.DefaultPhases), reports.SLIPhases...))) {
+			phases[p.Name] = p.P99Ms
+		}
+		res.podStartupP99Ms = phases[reports.SLIPodStartup]
+		res.agentP99Ms = phases["agent_observed_to_running_reported"]
+		res.agentOwnP99Ms = phases["agent_observed_to_running_set"]
+	}
 	events, err := client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reason=NodeNotReady"})
 	if err != nil {
 		return res, err
@@ -161,12 +243,49 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string) (res bench
 	return res, nil
 }
 
-func printBench(w *os.File, results []benchResult) {
+// benchPods runs the pod load of --pods-per-node: count pause pods, each
+// with the default service account's token as a kubelet mounts it, created
+// at --pod-qps, waited Running, deleted at the same rate and waited gone.
+func benchPods(ctx context.Context, v *viper.Viper, cl *cluster, fleetProfile *loadprofiles.Profile, rec reports.Recorder, count int) error {
+	timeout := metav1.Duration{Duration: v.GetDuration("pod-timeout")}
+	qps := v.GetFloat64("pod-qps")
+	load := &loadprofiles.Profile{Name: fleetProfile.Name, NodePools: fleetProfile.NodePools, Phases: []loadprofiles.Phase{
+		{Create: &loadprofiles.CreatePhase{Count: count, QPS: qps, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			}}},
+		}}}},
+		{WaitRunning: &loadprofiles.WaitPhase{Timeout: timeout}},
+		{Delete: &loadprofiles.DeletePhase{QPS: qps}},
+		{WaitGone: &loadprofiles.WaitPhase{Timeout: timeout}},
+	}}
+	load.Default()
+	client, err := kubernetes.NewForConfig(driverConfig(cl.admin, load))
+	if err != nil {
+		return err
+	}
+	d := &loadprofiles.Driver{Client: client, Recorder: rec, Progress: progressPrinter()}
+	return d.Run(ctx, load)
+}
+
+// printBench writes results as a table; the pods' columns only if a
+// load ran.
+func printBench(w io.Writer, results []benchResult) {
+	withPods := slices.ContainsFunc(results, func(r benchResult) bool { return r.pods > 0 })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nodes\tready after\tRSS/node\tCPU/node\tgoroutines/node\tlease lateness p99\tmax\tstart-up lateness p99\tNodeNotReady\t")
+	header := "nodes\truns\tready after\tRSS/node\tCPU/node\tgoroutines/node\tlease lateness p99\tmax\tlease PUT p99\tstart-up lateness p99\tNodeNotReady\t"
+	if withPods {
+		header += "pods\tpod_startup p99\tagent_observed→running_reported p99\tagent_observed→running_set p99\t"
+	}
+	fmt.Fprintln(tw, header)
 	for _, r := range results {
-		fmt.Fprintf(tw, "%d\t%.1fs\t%.0f KiB\t%.3f mc\t%.1f\t%.0f ms\t%.0f ms\t%.0f ms\t%d\t\n",
-			r.nodes, r.startup.Seconds(), r.rssPerNode, r.cpuPerNode, r.goroutinesPerNode, r.latenessP99Ms, r.latenessMax, r.startupLatenessP99Ms, r.notReadyEvents)
+		fmt.Fprintf(tw, "%d\t%d\t%.1fs\t%.0f KiB\t%.3f mc\t%.1f\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%d\t",
+			r.nodes, r.runs, r.startup.Seconds(), r.rssPerNode, r.cpuPerNode, r.goroutinesPerNode, r.latenessP99Ms, r.latenessMax,
+			r.leasePutP99Ms, r.startupLatenessP99Ms, r.notReadyEvents)
+		if withPods {
+			fmt.Fprintf(tw, "%d\t%.0f ms\t%.0f ms\t%.0f ms\t", r.pods, r.podStartupP99Ms, r.agentP99Ms, r.agentOwnP99Ms)
+		}
+		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
 }

@@ -14,6 +14,9 @@ func TestBenchFleetMeasuresAnIdleFleet(t *testing.T) {
 	v.Set("settle", time.Second)
 	v.Set("idle", 25*time.Second)
 	v.Set("ready-timeout", 3*time.Minute)
+	v.Set("pods-per-node", 2)
+	v.Set("pod-qps", 20.0)
+	v.Set("pod-timeout", 3*time.Minute)
 	r, err := benchOne(ctx, v, 4, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -26,15 +29,48 @@ func TestBenchFleetMeasuresAnIdleFleet(t *testing.T) {
 	}
 	// Every agent renews twice within 26 s, so lateness is measured;
 	// the lease controller's own jitter keeps it under half a second.
-	if r.latenessMax <= 0 || r.latenessMax > 5000 {
-		t.Errorf("lease lateness max %.0f ms", r.latenessMax)
+	if r.latenessMax <= 0 || r.latenessMax > 5000 || r.leasePutP99Ms <= 0 {
+		t.Errorf("lease lateness max %.0f ms, PUT p99 %.1f ms", r.latenessMax, r.leasePutP99Ms)
+	}
+	// The pod load ran after the window: its phases are measured, and the
+	// agent's share before the status write is part of its whole share.
+	if r.pods != 8 || r.podStartupP99Ms <= 0 || r.agentOwnP99Ms <= 0 || r.agentOwnP99Ms > r.agentP99Ms {
+		t.Errorf("pods %d, pod_startup p99 %.1f ms, agent p99 %.1f ms, to running_set %.1f ms", r.pods, r.podStartupP99Ms, r.agentP99Ms, r.agentOwnP99Ms)
+	}
+	var table strings.Builder
+	printBench(&table, []benchResult{r})
+	if !strings.Contains(table.String(), "agent_observed→running_set p99") {
+		t.Errorf("table without the pods' columns:\n%s", table.String())
 	}
 }
 
-func TestBenchFleetRejectsBadSizes(t *testing.T) {
-	v := testSettings(t, criInProc)
-	v.Set("nodes", "500,lots")
-	if err := benchFleet(context.Background(), v); err == nil || !strings.Contains(err.Error(), "--nodes") {
-		t.Fatalf("err = %v, want one naming --nodes", err)
+func TestMedianResult(t *testing.T) {
+	runs := []benchResult{
+		{nodes: 10, runs: 1, startup: 3 * time.Second, rssPerNode: 700, latenessP99Ms: 900, notReadyEvents: 0},
+		{nodes: 10, runs: 1, startup: 9 * time.Second, rssPerNode: 650, latenessP99Ms: 1500, notReadyEvents: 2},
+		{nodes: 10, runs: 1, startup: 4 * time.Second, rssPerNode: 800, latenessP99Ms: 400, notReadyEvents: 0},
+	}
+	m := medianResult(runs)
+	if m.runs != 3 || m.startup != 4*time.Second || m.rssPerNode != 700 || m.latenessP99Ms != 900 {
+		t.Errorf("medians %+v, want 3 runs, 4 s, 700 KiB, 900 ms", m)
+	}
+	if m.notReadyEvents != 2 {
+		t.Errorf("NodeNotReady %d, want every run's counted", m.notReadyEvents)
+	}
+	if m := medianResult(runs[:2]); m.startup != 6*time.Second {
+		t.Errorf("median of two: %v, want their mean", m.startup)
+	}
+}
+
+func TestBenchFleetRejectsBadFlags(t *testing.T) {
+	for flag, value := range map[string]any{"nodes": "500,lots", "repeat": 0, "pods-per-node": -1, "pod-qps": 0.0} {
+		v := testSettings(t, criInProc)
+		v.Set("nodes", "5")
+		v.Set("repeat", 1)
+		v.Set("pod-qps", 100.0)
+		v.Set(flag, value)
+		if err := benchFleet(context.Background(), v); err == nil || !strings.Contains(err.Error(), "--"+flag) {
+			t.Errorf("--%s %v: err = %v, want one naming the flag", flag, value, err)
+		}
 	}
 }
