@@ -222,7 +222,7 @@ func TestAgentRunsAndDeletesPod(t *testing.T) {
 	// The status manager stamps a report once its patch returns, which the
 	// fake client may show the test first.
 	h.eventually(t, "every agent milestone is stamped", func() bool {
-		for _, m := range []reports.Milestone{reports.AgentObserved, reports.SandboxReady, reports.ImagesPulled, reports.ContainersStarted, reports.RunningSet, reports.RunningReported, reports.ReadyReported} {
+		for _, m := range []reports.Milestone{reports.AgentObserved, reports.VolumesMounted, reports.SandboxReady, reports.ImagesPulled, reports.ContainersStarted, reports.RunningSet, reports.RunningReported, reports.ReadyReported} {
 			if !h.marks.has(pod.UID, m) {
 				return false
 			}

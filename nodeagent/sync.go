@@ -13,6 +13,7 @@ import (
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/nodeagent/status"
+	"github.com/fleetlet/fleetlet/reports"
 )
 
 // SyncPod is the kubelet's syncPod for a pod that should run: it reports the
@@ -36,6 +37,7 @@ func (a *Agent) SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, er
 	if err := a.volumes.WaitForAttachAndMount(ctx, pod); err != nil {
 		return false, err
 	}
+	a.cfg.Recorder.Mark(pod.UID, reports.VolumesMounted, a.cfg.Clock.Now())
 	if err := a.runtime.SyncPod(ctx, pod, rs, a.probes); err != nil {
 		return false, err
 	}

@@ -159,6 +159,11 @@ var DefaultPhases = []PhaseSpec{
 	// for the status write, which the API server's latency sets.
 	{Name: "agent_observed_to_running_set", From: AgentObserved, To: RunningSet},
 	{Name: "running_set_to_running_reported", From: RunningSet, To: RunningReported},
+	// And cut at the volume manager: before it, the pod's TokenRequest and
+	// ConfigMap reads wait on the API server; after it, up to running_set,
+	// only the agent and its runtime work.
+	{Name: "agent_observed_to_volumes_mounted", From: AgentObserved, To: VolumesMounted},
+	{Name: "volumes_mounted_to_running_set", From: VolumesMounted, To: RunningSet},
 	{Name: "running_reported_to_running_observed", From: RunningReported, To: RunningObserved},
 	{Name: "running_reported_to_ready_reported", From: RunningReported, To: ReadyReported},
 	{Name: "create_to_running_observed", From: Created, To: RunningObserved},

@@ -45,6 +45,12 @@ const (
 	// kubelet_pod_start_duration_seconds ends here; RunningReported follows
 	// once the status manager's queue and its GET have gone by.
 	RunningSet
+	// VolumesMounted: the agent's volume manager had every volume of the
+	// pod set up (WaitForAttachAndMount returned), service-account token
+	// and ConfigMaps fetched. From here to RunningSet the agent makes no
+	// API call for a pod without env from ConfigMaps or Secrets: that
+	// phase is its own work and its runtime's.
+	VolumesMounted
 
 	numMilestones
 )
@@ -52,7 +58,7 @@ const (
 var milestoneNames = [numMilestones]string{
 	"created", "scheduled", "agent_observed", "sandbox_ready", "pull_started", "images_pulled",
 	"containers_started", "running_reported", "ready_reported", "running_observed",
-	"delete_issued", "gone", "running_set",
+	"delete_issued", "gone", "running_set", "volumes_mounted",
 }
 
 func (m Milestone) String() string {

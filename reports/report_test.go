@@ -33,7 +33,8 @@ func sampleCollector() *Collector {
 		step(Created, 0)
 		step(Scheduled, time.Duration(i)*ms/4)
 		step(AgentObserved, 2*ms+time.Duration(i%7)*ms)
-		step(SandboxReady, 40*ms+time.Duration(i)*ms/10)
+		step(VolumesMounted, 10*ms)
+		step(SandboxReady, 30*ms+time.Duration(i)*ms/10)
 		if i%10 == 0 { // every tenth pod pulls its image: out of pod_startup
 			step(PullStarted, 0)
 		}
