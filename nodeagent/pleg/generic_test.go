@@ -24,7 +24,7 @@ func drain(g *Generic) []Event {
 }
 
 // newRuntime is a fake runtime with a pod CIDR, ready for sandboxes.
-func newRuntime(t *testing.T, clk *clocktesting.FakeClock) *fakeruntime.Runtime {
+func newRuntime(t testing.TB, clk *clocktesting.FakeClock) *fakeruntime.Runtime {
 	t.Helper()
 	rt := fakeruntime.New(fakeruntime.Config{Clock: clk, PreloadedImages: []string{"busybox"}})
 	if err := rt.UpdateRuntimeConfig(context.Background(), &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: "10.64.0.0/24"}}); err != nil {
@@ -35,7 +35,7 @@ func newRuntime(t *testing.T, clk *clocktesting.FakeClock) *fakeruntime.Runtime 
 
 // createContainer creates a sandbox for pod uid and one container in it,
 // labelled as the agent labels them, and returns the container's ID.
-func createContainer(t *testing.T, rt *fakeruntime.Runtime, uid string) string {
+func createContainer(t testing.TB, rt *fakeruntime.Runtime, uid string) string {
 	t.Helper()
 	ctx := context.Background()
 	labels := map[string]string{"io.kubernetes.pod.uid": uid}
