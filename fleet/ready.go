@@ -3,7 +3,9 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,11 +21,32 @@ import (
 // holds it, or timeout passes (0: until ctx ends); the error then names how
 // many are not Ready and a few of them.
 func WaitForNodesReady(ctx context.Context, client kubernetes.Interface, names []string, timeout time.Duration) error {
+	return waitForNodes(ctx, client, names, timeout, "Ready", nodeReady)
+}
+
+// WaitForNodesSchedulable is WaitForNodesReady that also waits for the node
+// lifecycle controller to lift the taints it set at registration
+// (node.kubernetes.io/not-ready and the like): until then the scheduler
+// places nothing on the node, and the controller-manager's patches to
+// thousands of fresh nodes still load the API server.
+func WaitForNodesSchedulable(ctx context.Context, client kubernetes.Interface, names []string, timeout time.Duration) error {
+	return waitForNodes(ctx, client, names, timeout, "schedulable", func(n *corev1.Node) bool {
+		return nodeReady(n) && !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+			return strings.HasPrefix(t.Key, systemTaintPrefix)
+		})
+	})
+}
+
+// systemTaintPrefix starts the taints Kubernetes itself sets on nodes; a
+// pool's own taints have other keys.
+const systemTaintPrefix = "node.kubernetes.io/"
+
+func waitForNodes(ctx context.Context, client kubernetes.Interface, names []string, timeout time.Duration, what string, cond func(*corev1.Node) bool) error {
 	want := make(map[string]bool, len(names))
 	for _, n := range names {
 		want[n] = false
 	}
-	ready := 0
+	met := 0
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = PoolLabel
@@ -48,16 +71,16 @@ func WaitForNodesReady(ctx context.Context, client kubernetes.Interface, names [
 		if !tracked {
 			return false, nil
 		}
-		now := e.Type != watch.Deleted && nodeReady(node)
+		now := e.Type != watch.Deleted && cond(node)
 		if now != was {
 			want[node.Name] = now
 			if now {
-				ready++
+				met++
 			} else {
-				ready--
+				met--
 			}
 		}
-		return ready == len(want), nil
+		return met == len(want), nil
 	})
 	if err == nil {
 		return nil
@@ -72,7 +95,7 @@ func WaitForNodesReady(ctx context.Context, client kubernetes.Interface, names [
 	if len(missing) > 5 {
 		missing = append(missing[:5], "...")
 	}
-	return fmt.Errorf("%d of %d nodes not Ready after %v: %v", len(want)-ready, len(want), timeout, missing)
+	return fmt.Errorf("%d of %d nodes not %s after %v: %v", len(want)-met, len(want), what, timeout, missing)
 }
 
 func nodeReady(node *corev1.Node) bool {

@@ -21,7 +21,7 @@ func TestBenchFleetMeasuresAnIdleFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.nodes != 4 || r.startup <= 0 || r.goroutinesPerNode <= 0 || r.cpuPerNode <= 0 {
+	if r.nodes != 4 || r.startup <= 0 || r.schedulable < r.startup || r.goroutinesPerNode <= 0 || r.cpuPerNode <= 0 {
 		t.Errorf("result %+v: want the fleet's start-up, goroutines and CPU measured", r)
 	}
 	if r.notReadyEvents != 0 {

@@ -222,11 +222,13 @@ func startSession(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, 
 	s.stopFleet, s.fleetDone = stop, make(chan error, 1)
 	go func() { s.fleetDone <- s.fleet.Run(fleetCtx) }()
 
-	if err := fleet.WaitForNodesReady(ctx, s.client, s.fleet.NodeNames(), v.GetDuration("ready-timeout")); err != nil {
+	// As clusterloader2 does, the load starts once every node is Ready
+	// and untainted: before, the scheduler would crowd the first nodes.
+	if err := fleet.WaitForNodesSchedulable(ctx, s.client, s.fleet.NodeNames(), v.GetDuration("ready-timeout")); err != nil {
 		s.runErr = fmt.Errorf("fleet did not come up: %w; see the control plane logs in %s", err, filepath.Join(out, "controlplane", "logs"))
 		return s, nil
 	}
-	fmt.Fprintf(os.Stderr, "fleetlet: %d nodes Ready after %v\n", len(s.fleet.NodeNames()), time.Since(s.started).Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "fleetlet: %d nodes Ready and schedulable after %v\n", len(s.fleet.NodeNames()), time.Since(s.started).Round(time.Millisecond))
 	return s, nil
 }
 
