@@ -20,8 +20,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -260,18 +258,19 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string) (res bench
 	return res, nil
 }
 
-// benchPods runs the pod load of --pods-per-node: count pause pods, each
-// with the default service account's token as a kubelet mounts it, created
-// at --pod-qps, waited Running, deleted at the same rate and waited gone.
+// benchPods runs the pod load of --pods-per-node: count pods stamped from
+// the density-1k profile's template (a pause container with the default
+// service account's token, as a kubelet mounts it), created at --pod-qps,
+// waited Running, deleted at the same rate and waited gone.
 func benchPods(ctx context.Context, v *viper.Viper, cl *cluster, fleetProfile *loadprofiles.Profile, rec reports.Recorder, count int) error {
+	density, err := loadprofiles.Load("density-1k")
+	if err != nil {
+		return err
+	}
 	timeout := metav1.Duration{Duration: v.GetDuration("pod-timeout")}
 	qps := v.GetFloat64("pod-qps")
 	load := &loadprofiles.Profile{Name: fleetProfile.Name, NodePools: fleetProfile.NodePools, Phases: []loadprofiles.Phase{
-		{Create: &loadprofiles.CreatePhase{Count: count, QPS: qps, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
-			}}},
-		}}}},
+		{Create: &loadprofiles.CreatePhase{Count: count, QPS: qps, Template: density.Phases[0].Create.Template}},
 		{WaitRunning: &loadprofiles.WaitPhase{Timeout: timeout}},
 		{Delete: &loadprofiles.DeletePhase{QPS: qps}},
 		{WaitGone: &loadprofiles.WaitPhase{Timeout: timeout}},
