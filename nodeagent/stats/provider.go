@@ -11,6 +11,8 @@ import (
 	"sort"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	internalapi "k8s.io/cri-api/pkg/apis"
@@ -152,9 +154,9 @@ func (p *Provider) read(ctx context.Context) (*snapshot, error) {
 			s.containerStats[c.Attributes.Id] = c
 		}
 	}
-	ss, err := rt.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{})
+	ss, err := p.listSandboxStats(ctx, s.sandboxes)
 	if err != nil {
-		return nil, fail("ListPodSandboxStats", err)
+		return nil, fail("PodSandboxStats", err)
 	}
 	for _, st := range ss {
 		if st.GetAttributes() != nil {
@@ -170,6 +172,35 @@ func (p *Provider) read(ctx context.Context) (*snapshot, error) {
 		s.imageInodes += u.GetInodesUsed().GetValue()
 	}
 	return s, nil
+}
+
+// listSandboxStats asks for every sandbox's stats in one call and, if the
+// runtime refuses it, sandbox by sandbox. containerd 1.6 (Debian 12's) fails
+// the whole ListPodSandboxStats when one listed sandbox has lost its task,
+// as a stopped sandbox has; one dead sandbox must not blank a node's
+// summary, which the eviction manager acts on. The fallback asks only for
+// ready sandboxes, and skips one that is gone by the time it is asked.
+func (p *Provider) listSandboxStats(ctx context.Context, sandboxes []*runtimeapi.PodSandbox) ([]*runtimeapi.PodSandboxStats, error) {
+	rt := p.cfg.Runtime
+	ss, listErr := rt.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{})
+	if listErr == nil {
+		return ss, nil
+	}
+	var out []*runtimeapi.PodSandboxStats
+	for _, sb := range sandboxes {
+		if sb.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
+			continue
+		}
+		st, err := rt.PodSandboxStats(ctx, sb.GetId())
+		if status.Code(err) == codes.NotFound {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ListPodSandboxStats: %w, then sandbox %s: %w", listErr, sb.GetId(), err)
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }
 
 // summarise is a pure function of the configuration and one reading.

@@ -2,9 +2,13 @@ package stats
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	internalapi "k8s.io/cri-api/pkg/apis"
@@ -23,6 +27,11 @@ type criStub struct {
 	containerStats []*runtimeapi.ContainerStats
 	sandboxStats   []*runtimeapi.PodSandboxStats
 	imageBytes     uint64
+	// listErr fails ListPodSandboxStats; sandboxErr fails PodSandboxStats
+	// for the sandboxes it names, and asked records what that was asked.
+	listErr    error
+	sandboxErr map[string]error
+	asked      []string
 }
 
 func (c *criStub) ListPodSandbox(context.Context, *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
@@ -38,7 +47,23 @@ func (c *criStub) ListContainerStats(context.Context, *runtimeapi.ContainerStats
 }
 
 func (c *criStub) ListPodSandboxStats(context.Context, *runtimeapi.PodSandboxStatsFilter) ([]*runtimeapi.PodSandboxStats, error) {
+	if c.listErr != nil {
+		return nil, c.listErr
+	}
 	return c.sandboxStats, nil
+}
+
+func (c *criStub) PodSandboxStats(_ context.Context, id string) (*runtimeapi.PodSandboxStats, error) {
+	c.asked = append(c.asked, id)
+	if err := c.sandboxErr[id]; err != nil {
+		return nil, err
+	}
+	for _, st := range c.sandboxStats {
+		if st.Attributes.Id == id {
+			return st, nil
+		}
+	}
+	return &runtimeapi.PodSandboxStats{Attributes: &runtimeapi.PodSandboxAttributes{Id: id}}, nil
 }
 
 // imageStub reports the image filesystem usage of a criStub.
@@ -198,6 +223,41 @@ func TestSummaryPods(t *testing.T) {
 	db := podByName(s, "db")
 	if *db.Memory.WorkingSetBytes != 420*mi || *db.CPU.UsageNanoCores != 350 || *db.ProcessStats.ProcessCount != 12 {
 		t.Errorf("db pod, from its sandbox stats: memory %d, cpu %d, processes %d", *db.Memory.WorkingSetBytes, *db.CPU.UsageNanoCores, *db.ProcessStats.ProcessCount)
+	}
+}
+
+// containerd 1.6 fails ListPodSandboxStats as a whole when one sandbox has
+// lost its task; the summary then comes sandbox by sandbox.
+func TestSummaryWhenListPodSandboxStatsFails(t *testing.T) {
+	cri := twoPods()
+	cri.listErr = status.Error(codes.NotFound, `failed to decode sandbox container metrics for sandbox "web-old": no running task found`)
+	s, err := newProvider(t, cri, nil).Summary(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cri.asked, []string{"web-1", "db-1"}) {
+		t.Errorf("PodSandboxStats asked for %q, want only the ready sandboxes web-1 and db-1", cri.asked)
+	}
+	if db := podByName(s, "db"); db == nil || *db.Memory.WorkingSetBytes != 420*mi {
+		t.Errorf("db pod = %+v, want its sandbox's 420Mi working set", db)
+	}
+
+	cri = twoPods()
+	cri.listErr = status.Error(codes.NotFound, "no running task found")
+	cri.sandboxErr = map[string]error{"web-1": status.Error(codes.NotFound, "sandbox web-1 not found")}
+	s, err = newProvider(t, cri, nil).Summary(context.Background())
+	if err != nil {
+		t.Fatalf("a sandbox gone between the list and its stats: %v", err)
+	}
+	if podByName(s, "db") == nil {
+		t.Errorf("pods %+v, want db still summarised", s.Pods)
+	}
+
+	cri = twoPods()
+	cri.listErr = status.Error(codes.NotFound, "no running task found")
+	cri.sandboxErr = map[string]error{"db-1": status.Error(codes.Unavailable, "connection refused")}
+	if _, err := newProvider(t, cri, nil).Summary(context.Background()); err == nil || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), "no running task found") {
+		t.Errorf("runtime down during the fallback: err = %v, want both causes", err)
 	}
 }
 
