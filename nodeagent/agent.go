@@ -62,7 +62,7 @@ const (
 )
 
 // nodeSeed derives a node's random seed from its name, so that a fleet
-// replays the same probe jitter run after run.
+// replays the same probe jitter and node status report delays run after run.
 func nodeSeed(name string) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(name))
@@ -192,6 +192,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		RuntimeState:    a.runtimeState,
 		UpdateFrequency: kc.NodeStatusUpdateFrequency.Duration,
 		ReportFrequency: kc.NodeStatusReportFrequency.Duration,
+		Seed:            nodeSeed(cfg.NodeName),
 	})
 	if err := nodeStatus.Register(ctx); err != nil {
 		return err

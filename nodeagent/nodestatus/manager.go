@@ -3,6 +3,7 @@ package nodestatus
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +32,8 @@ type Config struct {
 	RuntimeState    func(ctx context.Context) RuntimeState
 	UpdateFrequency time.Duration
 	ReportFrequency time.Duration
+	// Seed makes the report delays replayable.
+	Seed uint64
 }
 
 // Manager registers the node and keeps its status current.
@@ -40,10 +43,19 @@ type Manager struct {
 	// lastStatus is the status last posted; comparing against it rather than
 	// the informer's copy avoids posting again before the watch catches up.
 	lastStatus *corev1.NodeStatus
+	// reportDelay is added once to the next periodic report after a change
+	// or a start, as the kubelet's delayAfterNodeStatusChange: nodes that
+	// registered together would otherwise post their unchanged status
+	// together every ReportFrequency, a burst of thousands of node writes
+	// (and their watch events) in a fleet that started in half a minute.
+	reportDelay time.Duration
+	rng         *rand.Rand
 }
 
 // NewManager returns a Manager for cfg.
-func NewManager(cfg Config) *Manager { return &Manager{cfg: cfg} }
+func NewManager(cfg Config) *Manager {
+	return &Manager{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+}
 
 // Register creates the Node, retrying with the kubelet's backoff (100 ms
 // doubling to 7 s) until it succeeds or ctx ends. A Node that already exists
@@ -100,7 +112,8 @@ func (m *Manager) SyncNodeStatus(ctx context.Context) error {
 		updated.Status = *m.lastStatus.DeepCopy()
 	}
 	SetStatus(updated, m.cfg.Identity, m.cfg.RuntimeState(ctx), now)
-	if m.lastStatus != nil && !Changed(m.lastStatus, &updated.Status) && now.Sub(m.lastReported) < m.cfg.ReportFrequency {
+	changed := m.lastStatus == nil || Changed(m.lastStatus, &updated.Status)
+	if !changed && now.Sub(m.lastReported) < m.cfg.ReportFrequency+m.reportDelay {
 		return nil
 	}
 	if _, _, err := nodeutil.PatchNodeStatus(m.cfg.Client.CoreV1(), types.NodeName(node.Name), node, updated); err != nil {
@@ -108,5 +121,11 @@ func (m *Manager) SyncNodeStatus(ctx context.Context) error {
 	}
 	m.lastReported = now
 	m.lastStatus = updated.Status.DeepCopy()
+	// A periodic report resets the delay, so the node then reports at a
+	// fixed interval, phase-shifted from its peers.
+	m.reportDelay = 0
+	if changed {
+		m.reportDelay = time.Duration(float64(m.cfg.ReportFrequency) * (m.rng.Float64() - 0.5))
+	}
 	return nil
 }

@@ -1,6 +1,7 @@
 // Package nodestatus registers a node agent's Node and keeps its status: it
 // computes the status every nodeStatusUpdateFrequency and posts it when it
-// changed or when nodeStatusReportFrequency has passed, as the kubelet does.
+// changed or when nodeStatusReportFrequency (plus, once after each change, a
+// random shift) has passed, as the kubelet does.
 package nodestatus
 
 import (
