@@ -7,6 +7,7 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // leaseWriteLatency names the lease PUTs' latency distribution.
@@ -34,12 +35,37 @@ type LeaseLateness struct {
 	hist     *hdrhistogram.Histogram
 	writes   *hdrhistogram.Histogram
 	renewals int64
+
+	// The same two distributions as Prometheus histograms, never reset:
+	// a report has the window's figures, a scrape shows when in a long run
+	// the tail grew.
+	latenessMetric, writeMetric prometheus.Histogram
 }
 
 // NewLeaseLateness tracks renewals expected every interval (the lease
 // controller's renew interval: 10 s by default).
 func NewLeaseLateness(interval time.Duration) *LeaseLateness {
-	return &LeaseLateness{interval: interval, now: time.Now, last: map[string]time.Time{}, hist: NewHistogram(), writes: NewHistogram()}
+	// 5 ms to 41 s: from a fast PUT to a lease already expired.
+	buckets := prometheus.ExponentialBuckets(0.005, 2, 14)
+	return &LeaseLateness{
+		interval: interval, now: time.Now, last: map[string]time.Time{}, hist: NewHistogram(), writes: NewHistogram(),
+		latenessMetric: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fleetlet_lease_renewal_lateness_seconds",
+			Help:    "How long after the renew interval each node's lease renewal came, measured at the agents' transport.",
+			Buckets: buckets,
+		}),
+		writeMetric: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fleetlet_lease_write_duration_seconds",
+			Help:    "How long each successful lease PUT took, from the agent's client to its response.",
+			Buckets: buckets,
+		}),
+	}
+}
+
+// Collectors are the Prometheus histograms of the lateness and the lease
+// PUTs' latency, for the fleet's debug endpoint.
+func (l *LeaseLateness) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{l.latenessMetric, l.writeMetric}
 }
 
 // Wrap observes lease updates going through rt; usable as a
@@ -68,8 +94,11 @@ func (l *LeaseLateness) renewed(lease string, sent, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	recordMicros(l.writes, at.Sub(sent))
+	l.writeMetric.Observe(at.Sub(sent).Seconds())
 	if prev, ok := l.last[lease]; ok {
-		recordMicros(l.hist, max(at.Sub(prev)-l.interval, 0))
+		late := max(at.Sub(prev)-l.interval, 0)
+		recordMicros(l.hist, late)
+		l.latenessMetric.Observe(late.Seconds())
 		l.renewals++
 	}
 	l.last[lease] = at

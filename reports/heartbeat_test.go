@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestLeaseLateness(t *testing.T) {
@@ -56,6 +60,37 @@ func TestLeaseLateness(t *testing.T) {
 	}
 	if st.LeaseUpdatesPerSecond != 0.1 || st.BytesReceivedPerSecond != 20 {
 		t.Errorf("rates: %+v", st)
+	}
+
+	// The Prometheus histograms hold the same observations, in seconds.
+	wantMetrics := `
+# HELP fleetlet_lease_renewal_lateness_seconds How long after the renew interval each node's lease renewal came, measured at the agents' transport.
+# TYPE fleetlet_lease_renewal_lateness_seconds histogram
+fleetlet_lease_renewal_lateness_seconds_bucket{le="0.005"} 2
+fleetlet_lease_renewal_lateness_seconds_bucket{le="0.01"} 2
+fleetlet_lease_renewal_lateness_seconds_bucket{le="0.02"} 2
+fleetlet_lease_renewal_lateness_seconds_bucket{le="0.04"} 2
+fleetlet_lease_renewal_lateness_seconds_bucket{le="0.08"} 2
+fleetlet_lease_renewal_lateness_seconds_bucket{le="0.16"} 2
+fleetlet_lease_renewal_lateness_seconds_bucket{le="0.32"} 3
+fleetlet_lease_renewal_lateness_seconds_bucket{le="0.64"} 3
+fleetlet_lease_renewal_lateness_seconds_bucket{le="1.28"} 3
+fleetlet_lease_renewal_lateness_seconds_bucket{le="2.56"} 3
+fleetlet_lease_renewal_lateness_seconds_bucket{le="5.12"} 4
+fleetlet_lease_renewal_lateness_seconds_bucket{le="10.24"} 4
+fleetlet_lease_renewal_lateness_seconds_bucket{le="20.48"} 4
+fleetlet_lease_renewal_lateness_seconds_bucket{le="40.96"} 4
+fleetlet_lease_renewal_lateness_seconds_bucket{le="+Inf"} 4
+fleetlet_lease_renewal_lateness_seconds_sum 3.25
+fleetlet_lease_renewal_lateness_seconds_count 4
+`
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(l.Collectors()...)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(wantMetrics), "fleetlet_lease_renewal_lateness_seconds"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(reg, "fleetlet_lease_write_duration_seconds"); n != 1 {
+		t.Errorf("%d lease write duration series, want 1", n)
 	}
 
 	// A window that starts after registration: what came before is

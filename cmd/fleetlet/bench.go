@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -192,7 +191,7 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string) (res bench
 	rss0, g0 := currentRSS(), runtime.NumGoroutine()
 	lateness := reports.NewLeaseLateness(nodeagent.LeaseRenewInterval(nodeagent.DefaultKubeletConfiguration()))
 	collector := reports.NewCollector()
-	f, _, cleanup, err := newFleet(ctx, v, profile, cl, collector, func(rt http.RoundTripper) http.RoundTripper { return lateness.Wrap(rt) })
+	f, _, cleanup, err := newFleet(ctx, v, profile, cl, collector, lateness.Wrap, lateness.Collectors()...)
 	if err != nil {
 		return res, err
 	}

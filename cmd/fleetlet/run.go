@@ -214,7 +214,7 @@ func startSession(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, 
 		return s, err
 	}
 	wrap := func(rt http.RoundTripper) http.RoundTripper { return s.counter.Wrap(s.lateness.Wrap(rt)) }
-	s.fleet, s.settings, s.cleanup, err = newFleet(ctx, v, p, cl, s.collector, wrap)
+	s.fleet, s.settings, s.cleanup, err = newFleet(ctx, v, p, cl, s.collector, wrap, s.lateness.Collectors()...)
 	if err != nil {
 		return s, err
 	}

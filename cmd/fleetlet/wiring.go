@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	corev1 "k8s.io/api/core/v1"
@@ -282,8 +283,9 @@ func fakeLogs(rt *fakeruntime.Runtime) nodeagent.LogReader {
 	}
 }
 
-// newFleet builds the fleet of a profile on a cluster.
-func newFleet(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, cl *cluster, rec reports.Recorder, wrap transport.WrapperFunc) (*fleet.Fleet, map[string]string, func(), error) {
+// newFleet builds the fleet of a profile on a cluster. With --debug-addr,
+// the fleet's metrics endpoint also serves the collectors given.
+func newFleet(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, cl *cluster, rec reports.Recorder, wrap transport.WrapperFunc, debugCollectors ...prometheus.Collector) (*fleet.Fleet, map[string]string, func(), error) {
 	pools, settings, err := fleetPools(p)
 	if err != nil {
 		return nil, nil, nil, err
@@ -305,6 +307,7 @@ func newFleet(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, cl *
 			return nil, nil, nil, err
 		}
 		metrics = fleet.NewMetrics()
+		metrics.Registry.MustRegister(debugCollectors...)
 		debugCtx, stopDebug := context.WithCancel(ctx)
 		go func() {
 			if err := fleet.ServeDebug(debugCtx, lis, metrics); err != nil {
