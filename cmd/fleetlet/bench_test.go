@@ -17,9 +17,13 @@ func TestBenchFleetMeasuresAnIdleFleet(t *testing.T) {
 	v.Set("pods-per-node", 2)
 	v.Set("pod-qps", 20.0)
 	v.Set("pod-timeout", 3*time.Minute)
-	r, err := benchOne(ctx, v, 4, t.TempDir())
+	var rssBase int64
+	r, err := benchOne(ctx, v, 4, t.TempDir(), &rssBase)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rssBase <= 0 {
+		t.Errorf("RSS baseline %d: want the process's RSS before the fleet", rssBase)
 	}
 	if r.nodes != 4 || r.startup <= 0 || r.schedulable < r.startup || r.goroutinesPerNode <= 0 || r.cpuPerNode <= 0 {
 		t.Errorf("result %+v: want the fleet's start-up, goroutines and CPU measured", r)
