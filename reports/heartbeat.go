@@ -93,8 +93,9 @@ func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { re
 func (l *LeaseLateness) renewed(lease string, sent, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	recordMicros(l.writes, at.Sub(sent))
-	l.writeMetric.Observe(at.Sub(sent).Seconds())
+	took := at.Sub(sent)
+	recordMicros(l.writes, took)
+	l.writeMetric.Observe(took.Seconds())
 	if prev, ok := l.last[lease]; ok {
 		late := max(at.Sub(prev)-l.interval, 0)
 		recordMicros(l.hist, late)
