@@ -175,8 +175,8 @@ func medianResult(runs []benchResult) benchResult {
 }
 
 // benchOne measures one idle fleet of n nodes on a fresh control plane in
-// dir. rssBase is the process's RSS before the first run's fleet, shared by
-// the runs; benchOne sets it when it is 0.
+// dir. rssBase, shared by the runs, is the lowest RSS the process had before
+// any run's fleet; benchOne lowers it (or sets it, when 0) before its own.
 func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *int64) (res benchResult, err error) {
 	res.nodes, res.runs = n, 1
 	cl, err := openCluster(ctx, v, dir)
