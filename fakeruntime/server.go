@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
-	"os"
-	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc"
@@ -27,22 +24,29 @@ const (
 	streamChunk = 256
 )
 
-// Serve serves rt as a CRI v1 runtime and image service on the unix socket
-// socketPath until ctx is done, then stops gracefully and removes the socket.
-// A stale socket left by an earlier run is removed first; any other file at
-// that path is an error, never deleted. It returns nil after a clean stop.
+// Serve serves rt as a CRI v1 runtime and image service on socketPath, a
+// unix socket path or unix:// endpoint, until ctx is done, then stops
+// gracefully and removes the socket. It is Listen followed by ServeListener:
+// see Listen for which paths it refuses and when it replaces a stale socket.
+// It returns nil after a clean stop.
 func Serve(ctx context.Context, socketPath string, rt *Runtime) error {
-	logger := klog.FromContext(ctx).WithValues("socket", socketPath)
-	if err := removeStaleSocket(socketPath); err != nil {
+	lis, _, err := Listen(socketPath)
+	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(socketPath), 0o755); err != nil {
-		return fmt.Errorf("serve fake CRI: create the socket's directory: %w", err)
-	}
-	lis, err := net.Listen("unix", socketPath)
-	if err != nil {
-		return fmt.Errorf("serve fake CRI: %w", err)
-	}
+	return ServeListener(ctx, lis, rt)
+}
+
+// ServeListener serves rt as a CRI v1 runtime and image service on lis until
+// ctx is done, then stops gracefully, letting calls in flight finish for a
+// few seconds, and closes lis. It returns nil after a clean stop.
+//
+// A listener from Listen removes its socket file on close, unless another
+// server has replaced the file since, which it then leaves alone. Any other
+// listener is only closed.
+func ServeListener(ctx context.Context, lis net.Listener, rt *Runtime) error {
+	addr := lis.Addr().String()
+	logger := klog.FromContext(ctx).WithValues("socket", addr)
 	srv := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsgSize),
 		grpc.MaxSendMsgSize(maxMsgSize),
@@ -58,16 +62,24 @@ func Serve(ctx context.Context, socketPath string, rt *Runtime) error {
 	go func() { serveErr <- srv.Serve(lis) }()
 	logger.V(2).Info("Serving the fake CRI runtime")
 
+	var err error
 	select {
 	case <-ctx.Done():
 		stopGracefully(srv)
 		err = <-serveErr // nil once stopped
 	case err = <-serveErr:
 		srv.Stop()
-		err = fmt.Errorf("serve fake CRI on %s: %w", socketPath, err)
+		err = fmt.Errorf("fake CRI socket %s: serving stopped: %w; restart the fake runtime", addr, err)
 	}
-	if rmErr := os.Remove(socketPath); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
-		err = errors.Join(err, fmt.Errorf("remove socket: %w", rmErr))
+	// gRPC has closed lis already; closing again makes sure of it, and
+	// removes Listen's socket file.
+	_ = lis.Close()
+	if sl, ok := lis.(*socketListener); ok {
+		if rmErr := sl.removeSocket(); rmErr != nil {
+			err = errors.Join(err, rmErr)
+		} else if sl.replaced {
+			logger.V(2).Info("Left the socket in place: another server replaced it")
+		}
 	}
 	logger.V(2).Info("Stopped serving the fake CRI runtime")
 	return err
@@ -89,25 +101,6 @@ func stopGracefully(srv *grpc.Server) {
 		srv.Stop()
 		<-done
 	}
-}
-
-// removeStaleSocket removes a socket left at path by a runtime that did not
-// clean up, and refuses to touch anything that is not a socket.
-func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("serve fake CRI: %w", err)
-	}
-	if fi.Mode()&fs.ModeSocket == 0 {
-		return fmt.Errorf("serve fake CRI: %s exists and is not a socket; remove it or choose another path", path)
-	}
-	if err := os.Remove(path); err != nil {
-		return fmt.Errorf("serve fake CRI: remove stale socket: %w", err)
-	}
-	return nil
 }
 
 // runtimeServer adapts gRPC requests to the Runtime's methods. Calls that
