@@ -92,3 +92,29 @@ func DecodeHistogram(encoded string) (*hdrhistogram.Histogram, error) {
 	}
 	return h, nil
 }
+
+// checkHistogram checks an encoded histogram of a report read from a file:
+// that it decodes, is in the report's geometry, and holds as many values as
+// the count stored beside it says (exactly, or at most count when exact is
+// false). An empty encoding is no histogram, and passes: the report then
+// keeps its percentiles and only cannot be merged, which Merge says.
+func checkHistogram(encoded string, count int64, exact bool) error {
+	if encoded == "" {
+		return nil
+	}
+	h, err := hdrhistogram.Decode([]byte(encoded))
+	if err != nil {
+		return fmt.Errorf("the histogram does not decode (%v)", err)
+	}
+	if lo, hi, sf := h.LowestTrackableValue(), h.HighestTrackableValue(), h.SignificantFigures(); lo != histLowestMicros || hi != histHighestMicros || sf != histSigFigs {
+		return fmt.Errorf("the histogram tracks %d to %d µs at %d significant figures, not the report's %d to %d µs at %d",
+			lo, hi, sf, histLowestMicros, histHighestMicros, histSigFigs)
+	}
+	switch n := h.TotalCount(); {
+	case exact && n != count:
+		return fmt.Errorf("the histogram holds %d values but its count is %d", n, count)
+	case !exact && n > count:
+		return fmt.Errorf("the histogram holds %d values but its count is only %d", n, count)
+	}
+	return nil
+}

@@ -19,8 +19,9 @@ import (
 // the reports' thresholds (the defaults if they recorded none).
 //
 // It refuses reports of different schema versions or profiles, histograms
-// that cannot be decoded, and SLO thresholds that differ, since any of these
-// would make the merged numbers wrong rather than approximate.
+// that cannot be decoded, SLO thresholds that differ, and one run's report
+// given twice (see sameRun), since any of these would make the merged
+// numbers wrong rather than approximate.
 //
 // Every report's measurements are taken to be of different things: the
 // control plane's own metrics (APIServerLatency, the scheduler's counters)
@@ -49,6 +50,11 @@ func Merge(reports ...*Report) (*Report, error) {
 		}
 		if !sameThresholds(r.SLOThresholds, first.SLOThresholds) {
 			return nil, fmt.Errorf("merging reports: report %d checked its SLOs against other thresholds than report 1; merged verdicts would mean neither", i+1)
+		}
+		for j, q := range reports[:i] {
+			if sameRun(q, r) {
+				return nil, fmt.Errorf("merging reports: reports %d and %d are the same run (%s); each shard's report is merged once, so give it once", j+1, i+1, runIdentity(r))
+			}
 		}
 	}
 
@@ -179,6 +185,29 @@ func mergeHeartbeats(reports []*Report) (*HeartbeatStats, error) {
 	}
 	out.LeaseWriteLatency = merged[0]
 	return out, nil
+}
+
+// sameRun reports whether a and b are the report of one process, given
+// twice (the same file, or a copy of it). Every process stamps StartedAt
+// and FinishedAt from its own wall clock, in nanoseconds, so two shards of
+// a run never agree on both, let alone also on their profile and number of
+// nodes. Reports without a StartedAt (built in memory, not by a run) are
+// the same run only if they are the same report.
+func sameRun(a, b *Report) bool {
+	if a == b {
+		return true
+	}
+	return !a.StartedAt.IsZero() && a.StartedAt.Equal(b.StartedAt) && a.FinishedAt.Equal(b.FinishedAt) &&
+		a.Profile == b.Profile && a.Nodes == b.Nodes
+}
+
+// runIdentity says which run sameRun found twice.
+func runIdentity(r *Report) string {
+	s := fmt.Sprintf("profile %q", r.Profile)
+	if !r.StartedAt.IsZero() {
+		s += ", started " + r.StartedAt.Format(time.RFC3339Nano)
+	}
+	return s
 }
 
 func sameThresholds(a, b *SLOThresholds) bool {

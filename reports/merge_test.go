@@ -3,6 +3,7 @@ package reports
 import (
 	"bytes"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -306,4 +307,69 @@ func TestCompare(t *testing.T) {
 	var buf bytes.Buffer
 	RenderComparison(&buf, c)
 	checkGolden(t, "compare.golden", buf.Bytes())
+}
+
+func TestMergeRefusesTheSameRunTwice(t *testing.T) {
+	// Shards as separate processes stamp them: their clocks read apart in
+	// the nanoseconds, and they finish apart.
+	shard := func(nodes int, started time.Duration) *Report {
+		return &Report{Profile: "p", Nodes: nodes, StartedAt: t0.Add(started), FinishedAt: t0.Add(time.Minute + 3*started)}
+	}
+	a, b, c := shard(5, 0), shard(5, 1234), shard(7, 99*time.Millisecond)
+	// The same report read twice from its file: equal, not identical.
+	path := filepath.Join(t.TempDir(), "report.json")
+	if err := WriteJSON(path, a); err != nil {
+		t.Fatal(err)
+	}
+	read := func() *Report {
+		r, err := ReadJSON(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	const once = "; each shard's report is merged once, so give it once"
+	inMemory := &Report{Profile: "p"}
+
+	for _, tc := range []struct {
+		name    string
+		reports []*Report
+		want    string // "" for a merge that must succeed
+	}{
+		{"one file twice", []*Report{read(), read()},
+			`merging reports: reports 1 and 2 are the same run (profile "p", started 2026-03-04T05:06:07Z)` + once},
+		{"a shard again, third", []*Report{a, b, read()},
+			`merging reports: reports 1 and 3 are the same run (profile "p", started 2026-03-04T05:06:07Z)` + once},
+		{"the second shard again", []*Report{a, b, c, b},
+			`merging reports: reports 2 and 4 are the same run (profile "p", started 2026-03-04T05:06:07.000001234Z)` + once},
+		{"one report in memory twice", []*Report{inMemory, inMemory},
+			`merging reports: reports 1 and 2 are the same run (profile "p")` + once},
+		{"shards apart in the nanoseconds", []*Report{a, b, c}, ""},
+		// The fixtures of the tests above: one start and end, told apart by
+		// their node counts.
+		{"shards of one start and end", []*Report{shard(5, 0), shard(7, 0)}, ""},
+		{"shards of one start", []*Report{a, {Profile: "p", Nodes: 5, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt.Add(time.Nanosecond)}}, ""},
+		// Reports built in memory have no times to tell them apart by.
+		{"reports without times", []*Report{{Profile: "p"}, {Profile: "p"}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := Merge(tc.reports...)
+			if tc.want != "" {
+				if err == nil || err.Error() != tc.want {
+					t.Errorf("Merge = %v\nwant    %s", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Merge refused different shards: %v", err)
+			}
+			nodes := 0
+			for _, r := range tc.reports {
+				nodes += r.Nodes
+			}
+			if m.Nodes != nodes {
+				t.Errorf("merged %d nodes, want %d", m.Nodes, nodes)
+			}
+		})
+	}
 }

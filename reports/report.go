@@ -1,10 +1,14 @@
 package reports
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"time"
 )
 
@@ -152,7 +156,9 @@ func WriteJSON(path string, r *Report) (err error) {
 }
 
 // ReadJSON reads a report written by WriteJSON. It refuses a document of
-// another schemaVersion, or none, rather than misread it.
+// another schemaVersion, or none, rather than misread it; and a file that is
+// not a report, or a damaged one (see validate), with an error that says
+// which and where, rather than one about Go types.
 func ReadJSON(path string) (*Report, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -161,10 +167,24 @@ func ReadJSON(path string) (*Report, error) {
 	var head struct {
 		SchemaVersion *string `json:"schemaVersion"`
 	}
-	if err := json.Unmarshal(data, &head); err != nil {
-		return nil, fmt.Errorf("reading report %s: not a JSON object: %w", path, err)
-	}
-	switch {
+	headErr := json.Unmarshal(data, &head)
+	var syntax *json.SyntaxError
+	switch kind := jsonKind(data); {
+	case len(data) == 0:
+		return nil, fmt.Errorf("reading report %s: the file is empty, so it is damaged or not a report", path)
+	case kind == "":
+		return nil, fmt.Errorf("reading report %s: the file holds only white space, so it is damaged or not a report", path)
+	case errors.As(headErr, &syntax):
+		return nil, fmt.Errorf("reading report %s: not valid JSON (%s at byte %d of %d), so the file is damaged or not a report",
+			path, strings.TrimPrefix(syntax.Error(), "json: "), syntax.Offset, len(data))
+	case kind != "object":
+		return nil, fmt.Errorf("reading report %s: not a fleetlet report (the file holds %s; a report is an object with a schemaVersion)", path, kind)
+	case headErr != nil:
+		var typ *json.UnmarshalTypeError
+		if errors.As(headErr, &typ) {
+			return nil, fmt.Errorf("reading report %s: not a fleetlet report (its schemaVersion is a JSON %s, not a string)", path, typ.Value)
+		}
+		return nil, fmt.Errorf("reading report %s: %v, so the file is damaged or not a report", path, headErr)
 	case head.SchemaVersion == nil || *head.SchemaVersion == "":
 		return nil, fmt.Errorf("reading report %s: no schemaVersion, so it is not a fleetlet report", path)
 	case *head.SchemaVersion != SchemaVersion:
@@ -172,9 +192,103 @@ func ReadJSON(path string) (*Report, error) {
 	}
 	var r Report
 	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("reading report %s: %w", path, err)
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) && typ.Field != "" && typ.Type != nil {
+			return nil, fmt.Errorf("reading report %s: %s holds a JSON %s where a report has %s, so the file is damaged or not a report",
+				path, typ.Field, typ.Value, jsonKindOf(typ.Type))
+		}
+		return nil, fmt.Errorf("reading report %s: %v, so the file is damaged or not a report", path, err)
+	}
+	if err := r.validate(); err != nil {
+		return nil, fmt.Errorf("reading report %s: %w: the file is damaged; use an undamaged copy of the report (or merge the shards again), or run the profile again", path, err)
 	}
 	return &r, nil
+}
+
+// jsonKind names the kind of the JSON value data begins with, as an error
+// says it ("a JSON array"), "object" for an object, or "" for no value.
+func jsonKind(data []byte) string {
+	data = bytes.TrimLeft(data, " \t\r\n")
+	if len(data) == 0 {
+		return ""
+	}
+	switch c := data[0]; {
+	case c == '{':
+		return "object"
+	case c == '[':
+		return "a JSON array"
+	case c == '"':
+		return "a JSON string"
+	case c == 't' || c == 'f':
+		return "a JSON boolean"
+	case c == 'n':
+		return "JSON null"
+	default:
+		return "a JSON number"
+	}
+}
+
+// jsonKindOf names the JSON a Go type is decoded from, for a reader of
+// report.json who knows its fields but not this package's types.
+func jsonKindOf(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	default:
+		return "another kind of value"
+	}
+}
+
+// validate checks, once, what a report read from a file must hold for its
+// readers (RenderSummary, Compare, Merge) to be right: every encoded
+// histogram decodes, in the report's geometry, and holds as many values as
+// the count stored beside it. A phase's count is its histogram's; an API
+// row counts requests before their latency is recorded, and failed ones
+// have none, so its histogram holds at most its count. The error names the
+// field as it is in the JSON.
+func (r *Report) validate() error {
+	phases := func(field string, ps []PhaseSummary) error {
+		for i, p := range ps {
+			if err := checkHistogram(p.Histogram, int64(p.Count), true); err != nil {
+				return fmt.Errorf("%s[%d] (%s): %w", field, i, p.Name, err)
+			}
+		}
+		return nil
+	}
+	if err := phases("phases", r.Phases); err != nil {
+		return err
+	}
+	if err := phases("slis", r.SLIs); err != nil {
+		return err
+	}
+	for i, a := range r.API {
+		if err := checkHistogram(a.Histogram, a.Count, false); err != nil {
+			return fmt.Errorf("api[%d] (%s %s): %w", i, a.Verb, a.Label(), err)
+		}
+	}
+	if hb := r.Heartbeat; hb != nil {
+		if err := checkHistogram(hb.Lateness.Histogram, int64(hb.Lateness.Count), true); err != nil {
+			return fmt.Errorf("heartbeat.lateness: %w", err)
+		}
+		if err := checkHistogram(hb.LeaseWriteLatency.Histogram, int64(hb.LeaseWriteLatency.Count), true); err != nil {
+			return fmt.Errorf("heartbeat.leaseWriteLatency: %w", err)
+		}
+	}
+	return nil
 }
 
 // SchemaVersionError is returned by ReadJSON for a report of a schema this

@@ -207,7 +207,7 @@ func TestReadJSONRejectsOtherSchemas(t *testing.T) {
 	}{
 		{"newer", `{"schemaVersion":"fleetlet.io/v1beta1","profile":"x"}`, `schemaVersion "fleetlet.io/v1beta1" is not supported (this fleetlet reads "fleetlet.io/v1alpha1")`},
 		{"missing", `{"profile":"x"}`, "no schemaVersion, so it is not a fleetlet report"},
-		{"not-json", `profile: x`, "not a JSON object"},
+		{"not-json", `profile: x`, "not valid JSON"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, tc.name+".json")
