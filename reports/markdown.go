@@ -25,6 +25,9 @@ func RenderMarkdown(w io.Writer, r *Report) error {
 	} else {
 		p("%s %s\n\n", verdict, mdText(v.VerdictText))
 	}
+	if v.Diagnosis != "" {
+		p("> %s\n\n", mdText(v.Diagnosis))
+	}
 	facts := make([]keyValue, 0, len(v.Facts))
 	for _, f := range v.Facts {
 		value := f.Value

@@ -34,6 +34,9 @@ func RenderSummary(w io.Writer, r *Report) {
 	if len(r.SLOs) > 0 {
 		fmt.Fprintln(w)
 		writeSLOTable(w, r.SLOs)
+		if d := Diagnosis(r); d != "" {
+			fmt.Fprintln(w, "why:", d)
+		}
 	}
 	if line := schedulingLine(r.Scheduling); line != "" {
 		fmt.Fprintln(w)

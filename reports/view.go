@@ -18,7 +18,9 @@ type reportView struct {
 	// Verdict is "pass", "fail" or "unchecked"; VerdictText says it in words.
 	Verdict     string
 	VerdictText string
-	Facts       []fact
+	// Diagnosis says why pod startup failed, when it did; see Diagnosis.
+	Diagnosis string
+	Facts     []fact
 
 	SLOSummary []sloSummaryRow
 	SLOs       []sloRow
@@ -81,6 +83,7 @@ func buildView(r *Report) reportView {
 	v.Title = "fleetlet report: " + v.Profile
 
 	v.Verdict, v.VerdictText = verdictOf(r)
+	v.Diagnosis = Diagnosis(r)
 	wall := fact{Key: "Wall time", Value: fmtWall(r.WallSeconds)}
 	if !r.StartedAt.IsZero() {
 		wall.Sub = r.StartedAt.UTC().Format("2006-01-02 15:04 UTC")
