@@ -357,6 +357,16 @@ func (b ImageBehaviour) Validate(path *field.Path) field.ErrorList {
 	return errs
 }
 
+// ValidatePullError checks a value of the AnnotationPullError annotation at
+// path as PullImage does, so that a profile can be checked before any pod
+// runs: PullErrorUnauthorized, PullErrorNotFound, or empty for none.
+func ValidatePullError(value string, path *field.Path) field.ErrorList {
+	if validPullError(value) {
+		return nil
+	}
+	return field.ErrorList{field.NotSupported(path, value, []string{PullErrorUnauthorized, PullErrorNotFound})}
+}
+
 // validPullError reports whether reason is a pull error or empty (none).
 func validPullError(reason string) bool {
 	return reason == "" || reason == PullErrorUnauthorized || reason == PullErrorNotFound

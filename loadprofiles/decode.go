@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 )
 
 // checkFields walks a decoded JSON value (maps, slices, json.Number, strings,
@@ -20,12 +21,27 @@ import (
 // checked by decoding just that value, so their own error text appears next
 // to the path.
 //
+// KubeletOverrides, which keeps its raw JSON, is walked as the
+// KubeletConfiguration it holds.
+//
 // It exists because encoding/json reports neither the path of a failing
 // custom decoder nor of an unknown field, and matches keys case-insensitively.
 // Keys are visited in sorted order so that the first problem is stable.
 func checkFields(t reflect.Type, v any, path *field.Path) []string {
 	if v == nil {
-		return nil // JSON null leaves the Go zero value: always acceptable.
+		// JSON null leaves the Go zero value, except in a type that decodes
+		// itself (not behind a pointer, which is set to nil): it is given the
+		// null, and metav1.Duration, for one, refuses it.
+		if t.Kind() != reflect.Pointer && customDecoder(t) && decodeLeaf(t, v, path) != nil {
+			return []string{field.Invalid(path, v, "give it a value, or leave it out").Error()}
+		}
+		return nil
+	}
+	if t == reflect.TypeFor[KubeletOverrides]() || t == reflect.TypeFor[*KubeletOverrides]() {
+		// It decodes itself, keeping the settings as written, but their
+		// schema is KubeletConfiguration's: walk that, so that each
+		// setting's problem is named by its path.
+		t = reflect.TypeFor[kubeletconfig.KubeletConfiguration]()
 	}
 	if customDecoder(t) {
 		return decodeLeaf(t, v, path)

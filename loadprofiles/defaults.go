@@ -1,9 +1,11 @@
 package loadprofiles
 
 import (
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // Defaults for fields a profile may leave out. Pool shape and rates follow the
@@ -35,7 +37,8 @@ func defaultPhaseName(action string) string {
 
 // Default fills the fields left out: a pool's pods, cpu and memory, phase
 // names, rates, and wait and churn timeouts. For those fields zero means "not
-// set", so an explicit zero is defaulted rather than rejected; negative values
+// set": Parse rejects a zero the profile writes (explicitZeros) before it
+// defaults, and a profile built in Go gets the default. Negative values
 // are left for Validate to report. Counts are never defaulted: a profile must
 // say how many nodes and pods it wants. Fake runtime latencies are not defaulted
 // either (see RuntimeBehaviour).
@@ -74,4 +77,78 @@ func (p *Profile) Default() {
 			c.Timeout.Duration = DefaultWaitTimeout
 		}
 	}
+}
+
+// explicitZeros reports the fields that Default would fill which the profile
+// sets to zero, as tree (the decoded JSON that p was decoded from) shows
+// them: a written "qps: 0" is a mistake, not a request for the default
+// rate of 50, which is not what it says. A field left out, or written as
+// null, is not set.
+func explicitZeros(p *Profile, tree any) field.ErrorList {
+	var errs field.ErrorList
+	zero := func(path *field.Path, value any, def string) {
+		errs = append(errs, field.Invalid(path, value, "must be greater than zero; leave it out for the default "+def))
+	}
+	defaultCPU, defaultMemory := DefaultNodeCPU(), DefaultNodeMemory()
+	doc := asMapping(tree)
+	pools := asList(doc["nodePools"])
+	for i := range p.NodePools {
+		pool, written, pp := &p.NodePools[i], asMapping(item(pools, i)), field.NewPath("nodePools").Index(i)
+		if set(written, "cpu") && pool.CPU.IsZero() {
+			zero(pp.Child("cpu"), pool.CPU.String(), defaultCPU.String())
+		}
+		if set(written, "memory") && pool.Memory.IsZero() {
+			zero(pp.Child("memory"), pool.Memory.String(), defaultMemory.String())
+		}
+		if set(written, "pods") && pool.Pods == 0 {
+			zero(pp.Child("pods"), pool.Pods, strconv.Itoa(DefaultPodsPerNode))
+		}
+	}
+	phases := asList(doc["phases"])
+	for i := range p.Phases {
+		ph, written, pp := &p.Phases[i], asMapping(item(phases, i)), field.NewPath("phases").Index(i)
+		if c := ph.Create; c != nil && c.QPS == 0 && set(asMapping(written["create"]), "qps") {
+			zero(pp.Child("create", "qps"), c.QPS, strconv.Itoa(DefaultQPS))
+		}
+		if d := ph.Delete; d != nil && d.QPS == 0 && set(asMapping(written["delete"]), "qps") {
+			zero(pp.Child("delete", "qps"), d.QPS, strconv.Itoa(DefaultQPS))
+		}
+		for _, w := range []struct {
+			action string
+			phase  *WaitPhase
+		}{{"waitRunning", ph.WaitRunning}, {"waitGone", ph.WaitGone}} {
+			if w.phase != nil && w.phase.Timeout.Duration == 0 && set(asMapping(written[w.action]), "timeout") {
+				zero(pp.Child(w.action, "timeout"), w.phase.Timeout.Duration.String(), DefaultWaitTimeout.String())
+			}
+		}
+		if c := ph.Churn; c != nil && c.Timeout.Duration == 0 && set(asMapping(written["churn"]), "timeout") {
+			zero(pp.Child("churn", "timeout"), c.Timeout.Duration.String(), DefaultWaitTimeout.String())
+		}
+	}
+	return errs
+}
+
+// asMapping, asList and item read the decoded JSON tree, giving nil where it
+// has some other shape (checkFields has reported that already).
+func asMapping(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+func item(l []any, i int) any {
+	if i < len(l) {
+		return l[i]
+	}
+	return nil
+}
+
+// set reports whether m gives key a value other than null.
+func set(m map[string]any, key string) bool {
+	v, ok := m[key]
+	return ok && v != nil
 }

@@ -116,8 +116,18 @@ func Parse(data []byte, source string) (*Profile, error) {
 		// checkFields should have caught this; keep the decoder's words.
 		return nil, fmt.Errorf("profile %s: %v", source, err)
 	}
+	zeros := explicitZeros(p, tree)
 	p.Default()
-	if err := p.Validate(); err != nil {
+	err = p.Validate()
+	if len(zeros) > 0 {
+		// One list, so that every problem is reported at once.
+		var inv *invalidError
+		if errors.As(err, &inv) {
+			zeros = append(zeros, inv.errs...)
+		}
+		err = &invalidError{errs: zeros}
+	}
+	if err != nil {
 		return nil, withSource(err, source)
 	}
 	return p, nil

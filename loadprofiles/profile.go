@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/ptr"
 	sigsjson "sigs.k8s.io/json"
 
 	"github.com/fleetlet/fleetlet/reports"
@@ -87,7 +88,10 @@ type NodePool struct {
 	// Kubelet overrides the kubelet's settings on the pool's nodes, under
 	// KubeletConfiguration's own field names: evictionHard, evictionSoft,
 	// evictionPressureTransitionPeriod, imageGCHighThresholdPercent, ...
-	// A field left out keeps the kubelet's default.
+	// A field left out keeps the kubelet's default. maxPods is not set
+	// here but as Pods. Parse checks the settings as an agent would
+	// (nodeagent.ValidateKubeletConfiguration), so a bad one fails the
+	// profile rather than every agent.
 	Kubelet *KubeletOverrides `json:"kubelet,omitempty"`
 }
 
@@ -122,11 +126,34 @@ func (k KubeletOverrides) MarshalJSON() ([]byte, error) {
 }
 
 // ApplyTo sets the given settings on kc, leaving the others as they are.
+// As the kubelet's defaulting does, a maxParallelImagePulls above 1 given
+// without serializeImagePulls turns serializeImagePulls off, so that it takes
+// effect.
 func (k *KubeletOverrides) ApplyTo(kc *kubeletconfig.KubeletConfiguration) error {
 	if k == nil || k.raw == nil {
 		return nil
 	}
-	return json.Unmarshal(k.raw, kc)
+	if err := json.Unmarshal(k.raw, kc); err != nil {
+		return err
+	}
+	if n := kc.MaxParallelImagePulls; n != nil && *n > 1 && !k.has("serializeImagePulls") {
+		kc.SerializeImagePulls = ptr.To(false)
+	}
+	return nil
+}
+
+// has reports whether the settings give the field named key (as spelled in
+// YAML), null or not.
+func (k *KubeletOverrides) has(key string) bool {
+	if k == nil || k.raw == nil {
+		return false
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(k.raw, &fields); err != nil {
+		return false
+	}
+	_, ok := fields[key]
+	return ok
 }
 
 // RuntimeBehaviour is the fake runtime's default timing for every node, in

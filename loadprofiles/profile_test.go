@@ -2,6 +2,7 @@ package loadprofiles
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/fleetlet/fleetlet/nodeagent"
 )
 
 // validYAML is a small correct profile; the malformed cases edit one line.
@@ -468,5 +471,219 @@ func TestKubeletOverrides(t *testing.T) {
 	bad := strings.Replace(validYAML, "    cpu: \"4\"\n", "    cpu: \"4\"\n    kubelet:\n      evictionHardd: {memory.available: 1Gi}\n", 1)
 	if _, err := Parse([]byte(bad), "test.yaml"); err == nil || !strings.Contains(err.Error(), "nodePools[0].kubelet") || !strings.Contains(err.Error(), "evictionHardd") {
 		t.Errorf("a misspelt kubelet setting: err = %v, want one naming nodePools[0].kubelet and the field", err)
+	}
+}
+
+// TestParseCaughtBeforeTheRun checks the problems that would otherwise show
+// only once the fleet runs, or not at all: each error names its field and,
+// where there is one, the fix.
+func TestParseCaughtBeforeTheRun(t *testing.T) {
+	const pool = "    cpu: \"4\"\n"
+	kubelet := func(settings string) [2]string { return [2]string{pool, pool + "    kubelet: " + settings + "\n"} }
+	const signals = `"imagefs.available", "imagefs.inodesFree", "memory.available", "nodefs.available", "nodefs.inodesFree", "pid.available"`
+	const shard = "more than the 100000 one fleetlet process emulates; shard larger fleets over several processes, each with its own --node-prefix"
+	const annotated = "metadata: {labels: {app: test}, annotations: {%s}}"
+	cases := []struct {
+		name  string
+		edits [][2]string // replace [0] with [1] in validYAML, in order
+		want  string
+	}{{
+		name:  "misspelt eviction signal",
+		edits: [][2]string{kubelet("{evictionHard: {memory.avialable: 100Mi}}")},
+		want:  `nodePools[0].kubelet.evictionHard[memory.avialable]: Unsupported value: "memory.avialable": supported values: ` + signals,
+	}, {
+		name:  "eviction threshold not a quantity",
+		edits: [][2]string{kubelet("{evictionHard: {memory.available: lots}}")},
+		want:  `nodePools[0].kubelet.evictionHard[memory.available]: Invalid value: "lots": must be a quantity such as 100Mi or a percentage such as 10%`,
+	}, {
+		name:  "soft threshold without a grace period",
+		edits: [][2]string{kubelet("{evictionSoft: {memory.available: 1Gi}}")},
+		want: `nodePools[0].kubelet.evictionSoftGracePeriod[memory.available]: Required value: evictionSoft[memory.available] needs a grace period: ` +
+			`add evictionSoftGracePeriod: {memory.available: 1m30s}`,
+	}, {
+		name:  "image GC thresholds the wrong way round",
+		edits: [][2]string{kubelet("{imageGCHighThresholdPercent: 70}")},
+		want:  `nodePools[0].kubelet.imageGCLowThresholdPercent: Invalid value: 80: must be less than imageGCHighThresholdPercent (70)`,
+	}, {
+		name:  "zero lease duration",
+		edits: [][2]string{kubelet("{nodeLeaseDurationSeconds: 0}")},
+		want:  `nodePools[0].kubelet.nodeLeaseDurationSeconds: Invalid value: 0: must be greater than zero; leave it out for the kubelet's default 40`,
+	}, {
+		name:  "parallel pulls while serialized",
+		edits: [][2]string{kubelet("{maxParallelImagePulls: 4, serializeImagePulls: true}")},
+		want:  `nodePools[0].kubelet.maxParallelImagePulls: Invalid value: 4: must be 1 while serializeImagePulls is true; set serializeImagePulls: false to pull in parallel`,
+	}, {
+		name:  "kubelet maxPods beside the pool's pods",
+		edits: [][2]string{kubelet("{maxPods: 50}")},
+		want:  `nodePools[0].kubelet.maxPods: Forbidden: a pool's pods is its nodes' maxPods: set nodePools[0].pods instead`,
+	}, {
+		name:  "unknown feature gate",
+		edits: [][2]string{kubelet("{featureGates: {NoSuchGate: true}}")},
+		want:  `nodePools[0].kubelet.featureGates[NoSuchGate]: Unsupported value: "NoSuchGate": supported values: "EventedPLEG"`,
+	}, {
+		name:  "feature gate not a boolean",
+		edits: [][2]string{kubelet(`{featureGates: {EventedPLEG: "yes"}}`)},
+		want:  `nodePools[0].kubelet.featureGates[EventedPLEG]: Invalid value: "yes": must be true or false`,
+	}, {
+		name:  "kubelet setting of the wrong type",
+		edits: [][2]string{kubelet("{nodeLeaseDurationSeconds: forty}")},
+		want:  `nodePools[0].kubelet.nodeLeaseDurationSeconds: Invalid value: "forty": must be an integer`,
+	}, {
+		name:  "kubelet duration that does not parse",
+		edits: [][2]string{kubelet("{evictionPressureTransitionPeriod: soon}")},
+		want:  `nodePools[0].kubelet.evictionPressureTransitionPeriod: Invalid value: "soon": time: invalid duration "soon"`,
+	}, {
+		name:  "a pool too big for one process",
+		edits: [][2]string{{"count: 3", "count: 10000000"}},
+		want:  `nodePools[0].count: Invalid value: 10000000: makes 10000000 nodes, ` + shard,
+	}, {
+		name:  "pools too big together",
+		edits: [][2]string{{"count: 3", "count: 60000"}, {"runtime:", "  - {name: more, count: 60000}\nruntime:"}},
+		want:  `nodePools: Invalid value: 120000: the pools' counts add up to 120000 nodes, ` + shard,
+	}, {
+		name:  "a sweep step too big for one process",
+		edits: [][2]string{{"runtime:", "sweep: {parameter: nodes, values: [10, 100001]}\nruntime:"}},
+		want:  `sweep.values[1]: Invalid value: 100001: makes 100001 nodes, ` + shard,
+	}, {
+		name:  "a create phase too big",
+		edits: [][2]string{{"count: 10", "count: 1000001"}},
+		want:  `phases[0].create.count: Invalid value: 1000001: must be at most 1000000, the pods one phase may create`,
+	}, {
+		name:  "a churn too big",
+		edits: [][2]string{{"qps: 4", "qps: 40000"}},
+		want:  `phases[5].churn: Invalid value: qps 40000 for duration 30s creates 1200000 pods, more than the 1000000 one phase may create; lower the rate or the duration`,
+	}, {
+		name:  "a churn sweep step too big",
+		edits: [][2]string{{"runtime:", "sweep: {parameter: qps, values: [10, 40000]}\nruntime:"}},
+		want:  `sweep.values[1]: Invalid value: 40000: makes phases[5].churn create 1200000 pods in its 30s, more than the 1000000 one phase may create`,
+	}, {
+		name:  "zero create rate",
+		edits: [][2]string{{"qps: 5", "qps: 0"}},
+		want:  `phases[0].create.qps: Invalid value: 0: must be greater than zero; leave it out for the default 50`,
+	}, {
+		name:  "zero delete rate",
+		edits: [][2]string{{"delete: {}", "delete: {qps: 0}"}},
+		want:  `phases[2].delete.qps: Invalid value: 0: must be greater than zero; leave it out for the default 50`,
+	}, {
+		name:  "zero cpu",
+		edits: [][2]string{{`cpu: "4"`, `cpu: "0"`}},
+		want:  `nodePools[0].cpu: Invalid value: "0": must be greater than zero; leave it out for the default 8`,
+	}, {
+		name:  "zero memory",
+		edits: [][2]string{{pool, pool + "    memory: 0Gi\n"}},
+		want:  `nodePools[0].memory: Invalid value: "0": must be greater than zero; leave it out for the default 32Gi`,
+	}, {
+		name:  "zero pods",
+		edits: [][2]string{{pool, pool + "    pods: 0\n"}},
+		want:  `nodePools[0].pods: Invalid value: 0: must be greater than zero; leave it out for the default 110`,
+	}, {
+		name:  "zero wait timeout",
+		edits: [][2]string{{"waitRunning: {timeout: 1m}", "waitRunning: {timeout: 0s}"}},
+		want:  `phases[1].waitRunning.timeout: Invalid value: "0s": must be greater than zero; leave it out for the default 5m0s`,
+	}, {
+		name:  "zero waitGone timeout",
+		edits: [][2]string{{"waitGone: {}", "waitGone: {timeout: 0s}"}},
+		want:  `phases[3].waitGone.timeout: Invalid value: "0s": must be greater than zero; leave it out for the default 5m0s`,
+	}, {
+		name:  "zero churn timeout",
+		edits: [][2]string{{"lifetime: 10s", "lifetime: 10s\n      timeout: 0s"}},
+		want:  `phases[5].churn.timeout: Invalid value: "0s": must be greater than zero; leave it out for the default 5m0s`,
+	}, {
+		name:  "no phases",
+		edits: [][2]string{{validYAML[strings.Index(validYAML, "phases:"):], "phases: []\n"}},
+		want:  `phases: Required value: a profile needs at least one phase; to only run the fleet for a while, use [{sleep: {duration: 10m}}]`,
+	}, {
+		name:  "phases left out",
+		edits: [][2]string{{validYAML[strings.Index(validYAML, "phases:"):], ""}},
+		want:  `phases: Required value: a profile needs at least one phase; to only run the fleet for a while, use [{sleep: {duration: 10m}}]`,
+	}, {
+		name:  "behaviour annotation with a bad value",
+		edits: [][2]string{{"metadata: {labels: {app: test}}", fmt.Sprintf(annotated, `fleetlet.io/behaviour: "app: {runFor: -1s}"`)}},
+		want:  `phases[0].create.template.metadata.annotations[fleetlet.io/behaviour]: Invalid value: app.runFor: Invalid value: "-1s": must not be negative`,
+	}, {
+		name:  "behaviour annotation with a misspelt field",
+		edits: [][2]string{{"metadata: {labels: {app: test}}", fmt.Sprintf(annotated, `fleetlet.io/behaviour: '{"app": {"runFr": "1s"}}'`)}},
+		want:  `phases[0].create.template.metadata.annotations[fleetlet.io/behaviour]: Invalid value: unknown field "app.runFr"`,
+	}, {
+		name:  "pull-error annotation with a bad value",
+		edits: [][2]string{{"template: {spec:", "template: {metadata: {annotations: {fleetlet.io/pull-error: denied}}, spec:"}},
+		want:  `phases[5].churn.template.metadata.annotations[fleetlet.io/pull-error]: Unsupported value: "denied": supported values: "unauthorized", "notfound"`,
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			yaml := validYAML
+			for _, e := range tc.edits {
+				if !strings.Contains(yaml, e[0]) {
+					t.Fatalf("test case edits text that is not there: %q", e[0])
+				}
+				yaml = strings.Replace(yaml, e[0], e[1], 1)
+			}
+			_, err := Parse([]byte(yaml), "test.yaml")
+			if err == nil {
+				t.Fatalf("Parse succeeded, want %q", tc.want)
+			}
+			if got, want := err.Error(), "profile test.yaml: "+tc.want; got != want {
+				t.Errorf("error:\n got: %s\nwant: %s", got, want)
+			}
+		})
+	}
+}
+
+// TestParseExplicitZerosOnly checks that only a written zero is an error: a
+// field left out, or written null, still takes its default.
+func TestParseExplicitZerosOnly(t *testing.T) {
+	yaml := strings.NewReplacer(
+		"qps: 5", "qps: null",
+		"waitRunning: {timeout: 1m}", "waitRunning: {}",
+		"    cpu: \"4\"\n", "    cpu:\n    pods:\n",
+	).Replace(validYAML)
+	p, err := Parse([]byte(yaml), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := p.Phases[0].Create; c.QPS != DefaultQPS {
+		t.Errorf("create qps = %v, want the default %v", c.QPS, DefaultQPS)
+	}
+	if w := p.Phases[1].WaitRunning; w.Timeout.Duration != DefaultWaitTimeout {
+		t.Errorf("waitRunning timeout = %v, want the default", w.Timeout.Duration)
+	}
+	// metav1.Duration refuses a null; say where, rather than only
+	// `time: invalid duration ""`.
+	_, err = Parse([]byte(strings.Replace(validYAML, "lifetime: 10s", "lifetime:", 1)), "test.yaml")
+	if want := "profile test.yaml: phases[5].churn.lifetime: Invalid value: null: give it a value, or leave it out"; err == nil || err.Error() != want {
+		t.Errorf("error:\n got: %v\nwant: %s", err, want)
+	}
+	if pool := p.NodePools[0]; pool.CPU.String() != "8" || pool.Pods != DefaultPodsPerNode {
+		t.Errorf("pool = %s cpu, %d pods, want the defaults", pool.CPU.String(), pool.Pods)
+	}
+
+	// Every problem at once: the written zeros and the others.
+	bad := strings.NewReplacer("qps: 5", "qps: 0", "count: 3", "count: -1").Replace(validYAML)
+	_, err = Parse([]byte(bad), "test.yaml")
+	want := "profile test.yaml has 2 problems:\n" +
+		"  phases[0].create.qps: Invalid value: 0: must be greater than zero; leave it out for the default 50\n" +
+		"  nodePools[0].count: Invalid value: -1: must be greater than zero"
+	if err == nil || err.Error() != want {
+		t.Errorf("error:\n got: %v\nwant: %s", err, want)
+	}
+}
+
+func TestParseValidAnnotationsAndKubelet(t *testing.T) {
+	yaml := strings.NewReplacer(
+		"metadata: {labels: {app: test}}", `metadata: {labels: {app: test}, annotations: {fleetlet.io/behaviour: "app: {runFor: 30s, exitCode: 1}", fleetlet.io/pull-error: notfound}}`,
+		"    cpu: \"4\"\n", "    cpu: \"4\"\n    kubelet: {maxParallelImagePulls: 4, featureGates: {EventedPLEG: false}, evictionSoft: {memory.available: 1Gi}, evictionSoftGracePeriod: {memory.available: 1m}}\n",
+	).Replace(validYAML)
+	p, err := Parse([]byte(yaml), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the kubelet defaults it: parallel pulls asked for without
+	// serializeImagePulls turn serializing off.
+	kc := nodeagent.DefaultKubeletConfiguration()
+	if err := p.NodePools[0].Kubelet.ApplyTo(kc); err != nil {
+		t.Fatal(err)
+	}
+	if *kc.SerializeImagePulls || *kc.MaxParallelImagePulls != 4 {
+		t.Errorf("serializeImagePulls %v, maxParallelImagePulls %d; want false, 4", *kc.SerializeImagePulls, *kc.MaxParallelImagePulls)
 	}
 }

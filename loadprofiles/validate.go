@@ -3,8 +3,10 @@ package loadprofiles
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -12,6 +14,32 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/fleetlet/fleetlet/fakeruntime"
+	"github.com/fleetlet/fleetlet/nodeagent"
+)
+
+// The watch modes a profile may ask for; the fleet package defines what
+// they do (loadprofiles does not import it).
+const (
+	WatchPerNode = "per-node"
+	WatchShared  = "shared"
+)
+
+// Static limits on what one fleetlet process can hold, checked when a profile
+// loads so that a typo's extra zeros fail at once rather than as an
+// out-of-memory kill minutes into the run. The machine's memory may allow
+// less; the CLI checks that separately.
+const (
+	// MaxNodes is the most nodes one fleetlet process emulates, over all
+	// of a profile's node pools and any sweep step: at about 1 MiB of RSS
+	// per agent, 100,000 of them take about 100 GiB. Shard larger fleets
+	// over several processes, each with its own --node-prefix.
+	MaxNodes = 100_000
+	// MaxPodsPerPhase is the most pods one phase may create: a create
+	// phase's count, or a churn's ⌈qps × duration⌉. The driver keeps a
+	// record of every pod it creates for the run's measurements.
+	MaxPodsPerPhase = 1_000_000
 )
 
 // Validate checks a defaulted profile and reports every problem at once, one
@@ -20,13 +48,6 @@ import (
 //	nodePools[0].count: Invalid value: -1: must be greater than zero
 //
 // The error unwraps to the individual *field.Error values.
-// The watch modes a profile may ask for; the fleet package defines what
-// they do (loadprofiles does not import it).
-const (
-	WatchPerNode = "per-node"
-	WatchShared  = "shared"
-)
-
 func (p *Profile) Validate() error {
 	var errs field.ErrorList
 	if p.Name == "" {
@@ -38,9 +59,13 @@ func (p *Profile) Validate() error {
 		errs = append(errs, field.NotSupported(field.NewPath("watchMode"), p.WatchMode, []string{WatchPerNode, WatchShared}))
 	}
 	if p.Sweep != nil {
-		errs = append(errs, validateSweep(p.Sweep, field.NewPath("sweep"))...)
+		errs = append(errs, validateSweep(p, field.NewPath("sweep"))...)
 	}
 	phasesPath := field.NewPath("phases")
+	if len(p.Phases) == 0 {
+		errs = append(errs, field.Required(phasesPath,
+			"a profile needs at least one phase; to only run the fleet for a while, use [{sleep: {duration: 10m}}]"))
+	}
 	for i := range p.Phases {
 		errs = append(errs, validatePhase(&p.Phases[i], phasesPath.Index(i))...)
 	}
@@ -70,6 +95,9 @@ func validatePools(pools []NodePool, path *field.Path) field.ErrorList {
 		}
 		seen.Insert(pool.Name)
 		errs = append(errs, positive(pool.Count, pp.Child("count"))...)
+		if pool.Count > MaxNodes {
+			errs = append(errs, tooManyNodes(pp.Child("count"), pool.Count, pool.Count))
+		}
 		errs = append(errs, positiveQuantity(pool.CPU, pp.Child("cpu"))...)
 		errs = append(errs, positiveQuantity(pool.Memory, pp.Child("memory"))...)
 		errs = append(errs, positive(pool.Pods, pp.Child("pods"))...)
@@ -77,6 +105,50 @@ func validatePools(pools []NodePool, path *field.Path) field.ErrorList {
 		for j, taint := range pool.Taints {
 			errs = append(errs, validateTaint(taint, pp.Child("taints").Index(j))...)
 		}
+		if pool.Kubelet != nil {
+			errs = append(errs, validateKubelet(pool, pp)...)
+		}
+	}
+	total := 0
+	tooBig := false
+	for _, pool := range pools {
+		total += max(pool.Count, 0)
+		tooBig = tooBig || pool.Count > MaxNodes
+	}
+	if total > MaxNodes && !tooBig { // a single pool's count over it is reported above
+		errs = append(errs, field.Invalid(path, total, fmt.Sprintf(
+			"the pools' counts add up to %d nodes, more than the %d one fleetlet process emulates; shard larger fleets over several processes, each with its own --node-prefix",
+			total, MaxNodes)))
+	}
+	return errs
+}
+
+// tooManyNodes is the error for a count, or a sweep step, that makes more
+// than MaxNodes nodes in all.
+func tooManyNodes(path *field.Path, value, total int) *field.Error {
+	return field.Invalid(path, value, fmt.Sprintf(
+		"makes %d nodes, more than the %d one fleetlet process emulates; shard larger fleets over several processes, each with its own --node-prefix",
+		total, MaxNodes))
+}
+
+// validateKubelet checks a pool's kubelet settings as an agent would when it
+// starts: applied over the kubelet's defaults, as the fleet applies them.
+func validateKubelet(pool *NodePool, path *field.Path) field.ErrorList {
+	kp := path.Child("kubelet")
+	if pool.Kubelet.has("maxPods") {
+		return field.ErrorList{field.Forbidden(kp.Child("maxPods"), "a pool's pods is its nodes' maxPods: set "+path.Child("pods").String()+" instead")}
+	}
+	kc := nodeagent.DefaultKubeletConfiguration()
+	kc.MaxPods = int32(min(pool.Pods, math.MaxInt32))
+	if err := pool.Kubelet.ApplyTo(kc); err != nil {
+		// checkFields has checked each value against its type already.
+		return field.ErrorList{field.Invalid(kp, field.OmitValueType{}, err.Error())}
+	}
+	var errs field.ErrorList
+	for _, e := range nodeagent.ValidateKubeletConfiguration(kc) {
+		rebased := *e
+		rebased.Field = kp.String() + "." + e.Field
+		errs = append(errs, &rebased)
 	}
 	return errs
 }
@@ -109,6 +181,10 @@ func validatePhase(ph *Phase, path *field.Path) field.ErrorList {
 	if c := ph.Create; c != nil {
 		cp := path.Child("create")
 		errs = append(errs, positive(c.Count, cp.Child("count"))...)
+		if c.Count > MaxPodsPerPhase {
+			errs = append(errs, field.Invalid(cp.Child("count"), c.Count, fmt.Sprintf(
+				"must be at most %d, the pods one phase may create", MaxPodsPerPhase)))
+		}
 		errs = append(errs, positiveRate(c.QPS, cp.Child("qps"))...)
 		errs = append(errs, validateTemplate(&c.Template, cp.Child("template"))...)
 	}
@@ -130,6 +206,11 @@ func validatePhase(ph *Phase, path *field.Path) field.ErrorList {
 		errs = append(errs, positiveDuration(c.Duration, cp.Child("duration"))...)
 		errs = append(errs, notNegative(c.Lifetime, cp.Child("lifetime"))...)
 		errs = append(errs, notNegative(c.Timeout, cp.Child("timeout"))...)
+		if pods := churnPods(c.QPS, c.Duration.Duration); pods > MaxPodsPerPhase {
+			errs = append(errs, field.Invalid(cp, field.OmitValueType{}, fmt.Sprintf(
+				"qps %v for duration %s creates %.0f pods, more than the %d one phase may create; lower the rate or the duration",
+				c.QPS, c.Duration.Duration, pods, MaxPodsPerPhase)))
+		}
 		errs = append(errs, validateTemplate(&c.Template, cp.Child("template"))...)
 	}
 	return errs
@@ -155,6 +236,17 @@ func validateTemplate(t *corev1.PodTemplateSpec, path *field.Path) field.ErrorLi
 		if _, ok := t.Labels[key]; ok {
 			errs = append(errs, field.Forbidden(meta.Child("labels").Key(key), "the driver sets this label"))
 		}
+	}
+	// The fake runtime's annotations, checked by the runtime's own parser:
+	// otherwise a typo shows only as pods failing in the run.
+	annotations := meta.Child("annotations")
+	if v, ok := t.Annotations[fakeruntime.AnnotationBehaviour]; ok {
+		if _, err := fakeruntime.ParsePodBehaviour(v); err != nil {
+			errs = append(errs, field.Invalid(annotations.Key(fakeruntime.AnnotationBehaviour), field.OmitValueType{}, yamlProblem(err)))
+		}
+	}
+	if v, ok := t.Annotations[fakeruntime.AnnotationPullError]; ok {
+		errs = append(errs, fakeruntime.ValidatePullError(v, annotations.Key(fakeruntime.AnnotationPullError))...)
 	}
 
 	containers := path.Child("spec", "containers")
@@ -295,7 +387,8 @@ func withSource(err error, source string) error {
 	return fmt.Errorf("profile %s: %w", source, err)
 }
 
-func validateSweep(sw *Sweep, path *field.Path) field.ErrorList {
+func validateSweep(p *Profile, path *field.Path) field.ErrorList {
+	sw := p.Sweep
 	var errs field.ErrorList
 	if sw.Parameter != "nodes" && sw.Parameter != "qps" {
 		errs = append(errs, field.NotSupported(path.Child("parameter"), sw.Parameter, []string{"nodes", "qps"}))
@@ -304,9 +397,34 @@ func validateSweep(sw *Sweep, path *field.Path) field.ErrorList {
 		errs = append(errs, field.Required(path.Child("values"), "a sweep needs at least one step"))
 	}
 	for i, v := range sw.Values {
+		vp := path.Child("values").Index(i)
 		if v <= 0 || (i > 0 && v <= sw.Values[i-1]) {
-			errs = append(errs, field.Invalid(path.Child("values").Index(i), v, "steps must be positive and increasing"))
+			errs = append(errs, field.Invalid(vp, v, "steps must be positive and increasing"))
+			continue
+		}
+		switch {
+		case sw.Parameter == "nodes" && len(p.NodePools) > 0:
+			// The step replaces the first pool's count.
+			if total := p.TotalNodes() - p.NodePools[0].Count + v; total > MaxNodes {
+				errs = append(errs, tooManyNodes(vp, v, total))
+			}
+		case sw.Parameter == "qps":
+			for j, ph := range p.Phases {
+				if c := ph.Churn; c != nil {
+					if pods := churnPods(float64(v), c.Duration.Duration); pods > MaxPodsPerPhase {
+						errs = append(errs, field.Invalid(vp, v, fmt.Sprintf(
+							"makes phases[%d].churn create %.0f pods in its %s, more than the %d one phase may create",
+							j, pods, c.Duration.Duration, MaxPodsPerPhase)))
+					}
+				}
+			}
 		}
 	}
 	return errs
+}
+
+// churnPods is churnCount in floats, which a rate too high for an int does
+// not overflow.
+func churnPods(qps float64, d time.Duration) float64 {
+	return math.Ceil(qps*d.Seconds() - 1e-6)
 }
