@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	remote "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
@@ -63,16 +62,16 @@ func newAgentCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			restCfg, err := loadKubeconfig(opts.Kubeconfig)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			cri, err := dialCRI(ctx, opts.Endpoint)
 			if err != nil {
 				return err
 			}
 			defer cri.Close()
-			restCfg, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
-			if err != nil {
-				return fmt.Errorf("reading kubeconfig %s: %w", opts.Kubeconfig, err)
-			}
 			return runAgent(ctx, opts, cri, restCfg, reports.Discard{})
 		},
 	}
@@ -221,6 +220,12 @@ func hostCapacity(cpu, memory, rootDir string) (corev1.ResourceList, error) {
 
 // memTotal reads MemTotal, in bytes, from a meminfo file.
 func memTotal(path string) (int64, error) {
+	return meminfoField(path, "MemTotal:")
+}
+
+// meminfoField reads one line of a meminfo file, such as "MemTotal:", in
+// bytes.
+func meminfoField(path, name string) (int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, fmt.Errorf("reading the host's memory: %w", err)
@@ -229,15 +234,15 @@ func memTotal(path string) (int64, error) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) == 3 && fields[0] == "MemTotal:" && fields[2] == "kB" {
+		if len(fields) == 3 && fields[0] == name && fields[2] == "kB" {
 			kb, err := strconv.ParseInt(fields[1], 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("%s: MemTotal %q: %w", path, fields[1], err)
+				return 0, fmt.Errorf("%s: %s %q: %w", path, strings.TrimSuffix(name, ":"), fields[1], err)
 			}
 			return kb * 1024, nil
 		}
 	}
-	return 0, fmt.Errorf("%s has no MemTotal line in kB", path)
+	return 0, fmt.Errorf("%s has no %s line in kB", path, strings.TrimSuffix(name, ":"))
 }
 
 // capSysResource is CAP_SYS_RESOURCE's bit in /proc/<pid>/status CapEff

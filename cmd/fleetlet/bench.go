@@ -112,6 +112,17 @@ func benchFleet(ctx context.Context, v *viper.Viper) error {
 	if v.GetInt("pods-per-node") < 0 || v.GetFloat64("pod-qps") <= 0 {
 		return fmt.Errorf("--pods-per-node %d --pod-qps %v: want a count of 0 or more and a positive rate", v.GetInt("pods-per-node"), v.GetFloat64("pod-qps"))
 	}
+	if err := checkWaits(v, false); err != nil {
+		return err
+	}
+	if err := checkCapacity(slices.Max(sizes), "/proc/meminfo"); err != nil {
+		return err
+	}
+	if path := kubeconfigPath(v); path != "" {
+		if _, err := loadKubeconfig(path); err != nil {
+			return err
+		}
+	}
 	dir := v.GetString("dir")
 	if dir == "" {
 		var err error

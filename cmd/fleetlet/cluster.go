@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/viper"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fleetlet/fleetlet/controlplane"
 )
@@ -45,8 +44,7 @@ func clusterFlags(fs *pflag.FlagSet) {
 // openCluster connects to the cluster the flags name, or starts ours with its
 // data under dir.
 func openCluster(ctx context.Context, v *viper.Viper, dir string) (*cluster, error) {
-	_ = v.BindEnv("kubeconfig", "FLEETLET_KUBECONFIG", "KUBECONFIG")
-	if path := v.GetString("kubeconfig"); path != "" {
+	if path := kubeconfigPath(v); path != "" {
 		return externalCluster(path)
 	}
 	binDir := v.GetString("bin-dir")
@@ -70,9 +68,9 @@ func openCluster(ctx context.Context, v *viper.Viper, dir string) (*cluster, err
 }
 
 func externalCluster(path string) (*cluster, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	cfg, err := loadKubeconfig(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading kubeconfig %s: %w", path, err)
+		return nil, err
 	}
 	probe := rest.CopyConfig(cfg)
 	probe.Timeout = 10 * time.Second

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/spf13/cobra"
@@ -35,9 +36,20 @@ func newFleetCommand() *cobra.Command {
 			if err := checkFleetFlags(v); err != nil {
 				return err
 			}
+			if err := checkWaits(v, true); err != nil {
+				return err
+			}
 			profile, err := fleetProfile(v.GetString("profile"), v.GetInt("nodes"))
 			if err != nil {
 				return err
+			}
+			if err := checkCapacity(profile.TotalNodes(), "/proc/meminfo"); err != nil {
+				return err
+			}
+			if path := kubeconfigPath(v); path != "" {
+				if _, err := loadKubeconfig(path); err != nil {
+					return err
+				}
 			}
 			dir := v.GetString("dir")
 			if dir == "" {
@@ -149,8 +161,15 @@ func newFakeRuntimeCommand() *cobra.Command {
 			if socket == "" {
 				return errors.New("--socket is required: the path of the unix socket to serve on")
 			}
-			fmt.Fprintf(os.Stderr, "fleetlet: fake CRI runtime on unix://%s; Ctrl-C to stop\n", socket)
-			return fakeruntime.Serve(cmd.Context(), socket, fakeruntime.New(fakeruntime.Config{}))
+			lis, path, err := fakeruntime.Listen(socket)
+			if err != nil {
+				return err
+			}
+			if abs, err := filepath.Abs(path); err == nil {
+				path = abs
+			}
+			fmt.Fprintf(os.Stderr, "fleetlet: fake CRI runtime on unix://%s; Ctrl-C to stop\n", path)
+			return fakeruntime.ServeListener(cmd.Context(), lis, fakeruntime.New(fakeruntime.Config{}))
 		},
 	}
 	serve.Flags().String("socket", "", "path of the unix socket")
@@ -175,14 +194,17 @@ func newReportCommand() *cobra.Command {
 	}
 	render := &cobra.Command{
 		Use:   "render REPORT.json",
-		Short: "Write report.md and report.html next to a report.json",
+		Short: "Write REPORT.md and REPORT.html next to REPORT.json",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			rep, err := reports.ReadJSON(args[0])
 			if err != nil {
 				return err
 			}
-			return writeReports(filepath.Dir(args[0]), rep)
+			// The renders are named after the report, so that rendering
+			// other.json never touches the report.json beside it.
+			stem := strings.TrimSuffix(args[0], filepath.Ext(args[0]))
+			return renderReport(stem, rep)
 		},
 	}
 	merge := &cobra.Command{
@@ -194,6 +216,9 @@ func newReportCommand() *cobra.Command {
 			if out == "" {
 				return errors.New("--out is required: the directory for the merged report")
 			}
+			if err := distinctFiles(args); err != nil {
+				return err
+			}
 			var parts []*reports.Report
 			for _, path := range args {
 				rep, err := reports.ReadJSON(path)
@@ -203,6 +228,10 @@ func newReportCommand() *cobra.Command {
 				parts = append(parts, rep)
 			}
 			merged, err := reports.Merge(parts...)
+			if err != nil {
+				return err
+			}
+			out, _, err = outputDir(out, "")
 			if err != nil {
 				return err
 			}
@@ -233,4 +262,23 @@ func newReportCommand() *cobra.Command {
 	}
 	cmd.AddCommand(show, render, merge, compare)
 	return cmd
+}
+
+// distinctFiles refuses a file named twice (by any spelling): merging a
+// shard's report twice would double its counts.
+func distinctFiles(paths []string) error {
+	infos := make([]os.FileInfo, len(paths))
+	for i, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("reading report: %w", err)
+		}
+		for j := range i {
+			if os.SameFile(infos[j], fi) {
+				return fmt.Errorf("%s and %s are the same file: each shard's report is merged once", paths[j], p)
+			}
+		}
+		infos[i] = fi
+	}
+	return nil
 }

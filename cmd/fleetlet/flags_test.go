@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -29,5 +31,23 @@ func TestCheckFleetFlags(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s=%s: err = %v, want it to say %q", tc.key, tc.value, err, tc.want)
 		}
+	}
+}
+
+func TestCheckCapacity(t *testing.T) {
+	meminfo := filepath.Join(t.TempDir(), "meminfo")
+	// 1 GiB available: 512 nodes at 2 MiB each.
+	if err := os.WriteFile(meminfo, []byte("MemTotal: 4194304 kB\nMemAvailable: 1048576 kB\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkCapacity(512, meminfo); err != nil {
+		t.Errorf("512 nodes in 1 GiB: %v", err)
+	}
+	err := checkCapacity(513, meminfo)
+	if err == nil || !strings.Contains(err.Error(), "at most 512 nodes here") || !strings.Contains(err.Error(), "1.0 GiB available") {
+		t.Errorf("513 nodes in 1 GiB: err = %v, want the limit of 512 named", err)
+	}
+	if err := checkCapacity(1<<30, filepath.Join(t.TempDir(), "none")); err != nil {
+		t.Errorf("without meminfo there is nothing to check against: %v", err)
 	}
 }

@@ -48,16 +48,17 @@ func newRunCommand() *cobra.Command {
 }
 
 // run executes one profile end to end. Once the fleet has started, the
-// report measured so far is written whatever happens next.
-func run(ctx context.Context, v *viper.Viper) error {
+// report measured so far is written whatever happens next. Everything that
+// can be checked is checked before the output directory is made; a run that
+// fails before writing anything into it takes it away again.
+func run(ctx context.Context, v *viper.Viper) (err error) {
 	if err := checkFleetFlags(v); err != nil {
 		return err
 	}
-	profile, err := loadprofiles.Load(v.GetString("profile"))
-	if err != nil {
+	if err := checkWaits(v, false); err != nil {
 		return err
 	}
-	out, err := outputDir(v.GetString("out"), profile.Name)
+	profile, err := loadprofiles.Load(v.GetString("profile"))
 	if err != nil {
 		return err
 	}
@@ -66,6 +67,25 @@ func run(ctx context.Context, v *viper.Viper) error {
 		if sw, err = parseSweep(spec); err != nil {
 			return err
 		}
+	}
+	if err := checkCapacity(profileNodes(profile, sw), "/proc/meminfo"); err != nil {
+		return fmt.Errorf("profile %s: %w", profile.Name, err)
+	}
+	if path := kubeconfigPath(v); path != "" {
+		if _, err := loadKubeconfig(path); err != nil {
+			return err
+		}
+	}
+	out, created, err := outputDir(v.GetString("out"), profile.Name)
+	if err != nil {
+		return err
+	}
+	if created {
+		defer func() {
+			if err != nil {
+				removeIfEmpty(out)
+			}
+		}()
 	}
 	if sw != nil {
 		return runSweep(ctx, v, sw, out)
@@ -113,10 +133,15 @@ func writeReports(out string, rep *reports.Report) error {
 	if err := reports.WriteJSON(filepath.Join(out, "report.json"), rep); err != nil {
 		return err
 	}
-	for name, render := range map[string]func(io.Writer, *reports.Report) error{
-		"report.md": reports.RenderMarkdown, "report.html": reports.RenderHTML,
+	return renderReport(filepath.Join(out, "report"), rep)
+}
+
+// renderReport writes stem.md and stem.html.
+func renderReport(stem string, rep *reports.Report) error {
+	for ext, render := range map[string]func(io.Writer, *reports.Report) error{
+		".md": reports.RenderMarkdown, ".html": reports.RenderHTML,
 	} {
-		if err := writeFile(filepath.Join(out, name), func(w io.Writer) error { return render(w, rep) }); err != nil {
+		if err := writeFile(stem+ext, func(w io.Writer) error { return render(w, rep) }); err != nil {
 			return err
 		}
 	}
@@ -158,20 +183,6 @@ func (s *session) scrape(ctx context.Context) *reports.Metrics {
 		s.scrapeErrs = append(s.scrapeErrs, err)
 	}
 	return m
-}
-
-func outputDir(out, profile string) (string, error) {
-	if out == "" {
-		out = filepath.Join("out", profile+"-"+time.Now().Format("20060102-150405"))
-	}
-	out, err := filepath.Abs(out)
-	if err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return "", fmt.Errorf("creating the output directory: %w", err)
-	}
-	return out, nil
 }
 
 // session is one run's wiring: the cluster, the fleet on it, and what
@@ -225,7 +236,11 @@ func startSession(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, 
 	// As clusterloader2 does, the load starts once every node is Ready
 	// and untainted: before, the scheduler would crowd the first nodes.
 	if err := fleet.WaitForNodesSchedulable(ctx, s.client, s.fleet.NodeNames(), v.GetDuration("ready-timeout")); err != nil {
-		s.runErr = fmt.Errorf("fleet did not come up: %w; see the control plane logs in %s", err, filepath.Join(out, "controlplane", "logs"))
+		hint := fmt.Sprintf("see the control plane logs in %s", filepath.Join(out, "controlplane", "logs"))
+		if cl.cp == nil {
+			hint = fmt.Sprintf("see `kubectl --kubeconfig %s get nodes` and the cluster's own logs", cl.kubeconfig)
+		}
+		s.runErr = fmt.Errorf("fleet did not come up: %w; %s", err, hint)
 		return s, nil
 	}
 	fmt.Fprintf(os.Stderr, "fleetlet: %d nodes Ready and schedulable after %v\n", len(s.fleet.NodeNames()), time.Since(s.started).Round(time.Millisecond))

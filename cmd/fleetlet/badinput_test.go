@@ -1,0 +1,400 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fleetlet/fleetlet/reports"
+)
+
+// runAsFleetlet makes this test binary act as the fleetlet command when the
+// bad-input test starts it, so that each case runs the real CLI in a process
+// of its own: exit code, stderr, files and child processes as a user sees
+// them.
+const runAsFleetlet = "FLEETLET_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runAsFleetlet) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// badInputDeadline is how long a bad input may take to be refused: it must
+// be refused before anything starts, not after a timeout.
+const badInputDeadline = 5 * time.Second
+
+// A profile that loads, for the cases that break one thing of it.
+const goodPool = `nodePools: [{name: pool, count: 2}]
+`
+const goodPhases = `phases:
+  - create: {count: 2, template: {spec: {containers: [{name: app, image: registry.k8s.io/pause:3.10}]}}}
+`
+
+func profileWith(pool, phases string) string {
+	return "name: bad\n" + pool + phases
+}
+
+func podPhase(annotations string) string {
+	return `phases:
+  - create: {count: 2, template: {metadata: {annotations: {` + annotations + `}}, spec: {containers: [{name: app, image: registry.k8s.io/pause:3.10}]}}}
+`
+}
+
+const kubeconfigHead = "apiVersion: v1\nkind: Config\n"
+
+// TestBadInputs feeds the CLI inputs a user gets wrong. Each must be refused
+// with exit code 1 and one line on stderr that names the problem and its fix,
+// within badInputDeadline, without a panic, leaving no file behind but the
+// case's own inputs (unchanged) and no process running.
+func TestBadInputs(t *testing.T) {
+	report := validReport(t)
+	cases := []struct {
+		name  string
+		args  []string
+		files map[string]string
+		// want are substrings of the message, in any order.
+		want []string
+		// live names a unix socket a server listens on during the case.
+		live string
+	}{
+		// Profiles.
+		{name: "unknown profile", args: []string{"run", "--profile", "nosuch"}, want: []string{`unknown profile "nosuch"`, "built-in profiles are"}},
+		{name: "profile file missing", args: []string{"run", "--profile", "./nosuch.yaml"}, want: []string{"reading profile", "no such file"}},
+		{name: "negative node count", args: []string{"run", "--profile", "p.yaml"},
+			files: map[string]string{"p.yaml": profileWith("nodePools: [{name: pool, count: -1}]\n", goodPhases)},
+			want:  []string{"nodePools[0].count", "greater than zero"}},
+		{name: "node count the process cannot hold", args: []string{"run", "--profile", "p.yaml"},
+			files: map[string]string{"p.yaml": profileWith("nodePools: [{name: pool, count: 10000000}]\n", goodPhases)},
+			want:  []string{"nodePools", "100000"}},
+		{name: "unknown profile field", args: []string{"run", "--profile", "p.yaml"},
+			files: map[string]string{"p.yaml": profileWith(goodPool, goodPhases) + "nodepools: []\n"},
+			want:  []string{`unknown field "nodepools"`}},
+		{name: "explicit zero qps", args: []string{"run", "--profile", "p.yaml"},
+			files: map[string]string{"p.yaml": profileWith(goodPool, `phases: [{create: {count: 2, qps: 0, template: {spec: {containers: [{name: a, image: i}]}}}}]
+`)},
+			want: []string{"phases[0].create.qps", "greater than zero"}},
+		{name: "explicit zero cpu", args: []string{"run", "--profile", "p.yaml"},
+			files: map[string]string{"p.yaml": profileWith(`nodePools: [{name: pool, count: 2, cpu: "0"}]
+`, goodPhases)},
+			want: []string{"nodePools[0].cpu", "greater than zero"}},
+		{name: "no phases", args: []string{"run", "--profile", "p.yaml"},
+			files: map[string]string{"p.yaml": profileWith(goodPool, "phases: []\n")},
+			want:  []string{"phases"}},
+		{name: "unknown eviction signal", args: []string{"run", "--profile", "p.yaml"},
+			files: map[string]string{"p.yaml": profileWith(`nodePools: [{name: pool, count: 2, kubelet: {evictionHard: {memory.avialable: 100Mi}}}]
+`, goodPhases)},
+			want: []string{"nodePools[0].kubelet", "evictionHard", "memory.avialable"}},
+		{name: "bad eviction quantity", args: []string{"run", "--profile", "p.yaml"},
+			files: map[string]string{"p.yaml": profileWith(`nodePools: [{name: pool, count: 2, kubelet: {evictionHard: {memory.available: lots}}}]
+`, goodPhases)},
+			want: []string{"nodePools[0].kubelet", "evictionHard", "lots"}},
+		{name: "unknown feature gate", args: []string{"run", "--profile", "p.yaml"},
+			files: map[string]string{"p.yaml": profileWith(`nodePools: [{name: pool, count: 2, kubelet: {featureGates: {NoSuchGate: true}}}]
+`, goodPhases)},
+			want: []string{"featureGates", "NoSuchGate", "EventedPLEG"}},
+		{name: "feature gate not a boolean", args: []string{"run", "--profile", "p.yaml"},
+			files: map[string]string{"p.yaml": profileWith(`nodePools: [{name: pool, count: 2, kubelet: {featureGates: {EventedPLEG: "yes"}}}]
+`, goodPhases)},
+			want: []string{"nodePools[0].kubelet.featureGates[EventedPLEG]", "true or false"}},
+		{name: "bad behaviour annotation", args: []string{"run", "--profile", "p.yaml"},
+			files: map[string]string{"p.yaml": profileWith(goodPool, podPhase(`fleetlet.io/behaviour: "*: {exitCode: lots}"`))},
+			want:  []string{"phases[0].create.template.metadata.annotations[fleetlet.io/behaviour]"}},
+		{name: "bad pull-error annotation", args: []string{"run", "--profile", "p.yaml"},
+			files: map[string]string{"p.yaml": profileWith(goodPool, podPhase(`fleetlet.io/pull-error: sometimes`))},
+			want:  []string{"annotations[fleetlet.io/pull-error]"}},
+
+		// Flags of run.
+		{name: "negative ready timeout", args: []string{"run", "--ready-timeout", "-1s"}, want: []string{"--ready-timeout -1s", "positive duration"}},
+		{name: "negative start jitter", args: []string{"run", "--start-jitter", "-5s"}, want: []string{"--start-jitter -5s", "positive spread"}},
+		{name: "huge start jitter", args: []string{"run", "--start-jitter", "1000000h"}, want: []string{"--start-jitter", "limit"}},
+		{name: "start jitter past the ready timeout", args: []string{"run", "--start-jitter", "10m", "--ready-timeout", "5m"}, want: []string{"--start-jitter 10m0s", "--ready-timeout 5m0s"}},
+		{name: "unknown cri", args: []string{"run", "--cri", "containerd"}, want: []string{`unknown --cri "containerd"`, "inproc"}},
+		{name: "first ip off loopback", args: []string{"run", "--first-ip", "10.1.0.1"}, want: []string{"--first-ip", "127.0.0.0/8"}},
+		{name: "kubelet port out of range", args: []string{"run", "--kubelet-port", "70000"}, want: []string{"--kubelet-port 70000", "0 to 65535"}},
+		{name: "unknown watch mode", args: []string{"run", "--watch-mode", "both"}, want: []string{`unknown --watch-mode "both"`, "per-node"}},
+		{name: "debug address off loopback", args: []string{"run", "--debug-addr", "0.0.0.0:6060"}, want: []string{"--debug-addr", "loopback"}},
+		{name: "sweep not increasing", args: []string{"run", "--sweep", "nodes=10,5"}, want: []string{"--sweep", "increasing"}},
+		{name: "unknown flag", args: []string{"run", "--nodez", "5"}, want: []string{"unknown flag: --nodez", "--help"}},
+		{name: "missing config file", args: []string{"run", "--config", "nosuch.yaml"}, want: []string{"reading config file nosuch.yaml"}},
+		{name: "output directory holds a report", args: []string{"run", "--profile", "smoke", "--out", "old"},
+			files: map[string]string{"old/report.json": report},
+			want:  []string{"already holds report.json", "new directory"}},
+
+		// Kubeconfigs.
+		{name: "kubeconfig missing", args: []string{"run", "--kubeconfig", "nosuch"}, want: []string{"kubeconfig nosuch does not exist"}},
+		{name: "kubeconfig empty", args: []string{"run", "--kubeconfig", "kc"}, files: map[string]string{"kc": ""}, want: []string{"kubeconfig kc", "no contexts"}},
+		{name: "kubeconfig context names a missing cluster", args: []string{"run", "--kubeconfig", "kc"},
+			files: map[string]string{"kc": kubeconfigHead + "contexts: [{name: c, context: {cluster: gone, user: u}}]\nusers: [{name: u, user: {token: t}}]\ncurrent-context: c\n"},
+			want:  []string{`context "c" names cluster "gone"`}},
+		{name: "kubeconfig current context missing", args: []string{"fleet", "--kubeconfig", "kc"},
+			files: map[string]string{"kc": kubeconfigHead + "contexts: [{name: c, context: {cluster: x}}]\nclusters: [{name: x, cluster: {server: https://127.0.0.1:1}}]\ncurrent-context: other\n"},
+			want:  []string{`current-context "other" is not among its contexts (c)`}},
+		{name: "kubeconfig not YAML", args: []string{"bench", "fleet", "--kubeconfig", "kc"}, files: map[string]string{"kc": "{{{"},
+			want: []string{"kubeconfig kc does not parse"}},
+
+		// fleet and bench.
+		{name: "fleet negative nodes", args: []string{"fleet", "--nodes", "-1"}, want: []string{"--nodes -1"}},
+		{name: "fleet negative ready timeout", args: []string{"fleet", "--ready-timeout", "-1s"}, want: []string{"--ready-timeout -1s", "wait until interrupted"}},
+		{name: "bench no sizes", args: []string{"bench", "fleet", "--nodes", "0"}, want: []string{`--nodes "0"`, "positive numbers"}},
+		{name: "bench no runs", args: []string{"bench", "fleet", "--repeat", "0"}, want: []string{"--repeat 0"}},
+
+		// The fake runtime's socket.
+		{name: "serve without a socket", args: []string{"fakeruntime", "serve"}, want: []string{"--socket is required"}},
+		{name: "serve on a regular file", args: []string{"fakeruntime", "serve", "--socket", "notes.txt"},
+			files: map[string]string{"notes.txt": "keep me"}, want: []string{"socket notes.txt is a regular file"}},
+		{name: "serve on a directory", args: []string{"fakeruntime", "serve", "--socket", "d"},
+			files: map[string]string{"d/keep": "x"}, want: []string{"socket d is a directory"}},
+		{name: "serve on a path too long", args: []string{"fakeruntime", "serve", "--socket", strings.Repeat("s", 120)},
+			want: []string{"longer than the 107", "/tmp/fleetlet.sock"}},
+		{name: "serve on another scheme", args: []string{"fakeruntime", "serve", "--socket", "http://x"}, want: []string{`scheme "http"`, "unix://"}},
+		{name: "serve on a socket in use", args: []string{"fakeruntime", "serve", "--socket", "live.sock"}, live: "live.sock",
+			want: []string{"socket live.sock is in use by another server"}},
+
+		// Reports.
+		{name: "show a JSON array", args: []string{"report", "show", "a.json"}, files: map[string]string{"a.json": "[1, 2]"},
+			want: []string{"reading report a.json", "array"}},
+		{name: "show a truncated report", args: []string{"report", "show", "a.json"}, files: map[string]string{"a.json": report[:len(report)/2]},
+			want: []string{"reading report a.json"}},
+		{name: "show a corrupt histogram", args: []string{"report", "show", "a.json"},
+			files: map[string]string{"a.json": corruptHistogram(t, report)}, want: []string{"reading report a.json", "histogram"}},
+		{name: "compare a missing report", args: []string{"report", "compare", "a.json", "nosuch.json"}, files: map[string]string{"a.json": report},
+			want: []string{"nosuch.json", "no such file"}},
+		{name: "merge one file twice", args: []string{"report", "merge", "--out", "m", "a.json", "./a.json"}, files: map[string]string{"a.json": report},
+			want: []string{"a.json and ./a.json are the same file"}},
+		{name: "merge two copies of one run", args: []string{"report", "merge", "--out", "m", "a.json", "b.json"},
+			files: map[string]string{"a.json": report, "b.json": report}, want: []string{"same run"}},
+		{name: "merge without --out", args: []string{"report", "merge", "a.json", "b.json"}, want: []string{"--out is required"}},
+		{name: "merge into a directory holding a report", args: []string{"report", "merge", "--out", ".", "a.json", "b.json"},
+			files: map[string]string{"a.json": report, "b.json": otherShard(t, report), "report.json": report}, want: []string{"already holds report.json"}},
+	}
+	if len(cases) < 30 {
+		t.Fatalf("only %d cases", len(cases))
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			for name, content := range tc.files {
+				path := filepath.Join(dir, name)
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.live != "" {
+				lis, err := net.Listen("unix", filepath.Join(dir, tc.live))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer lis.Close()
+				go func() {
+					for {
+						c, err := lis.Accept()
+						if err != nil {
+							return
+						}
+						_ = c.Close()
+					}
+				}()
+			}
+			before := snapshot(t, dir)
+			code, stderr := runFleetlet(t, dir, tc.args...)
+			msg := strings.TrimSpace(stderr)
+			if code != 1 {
+				t.Errorf("exit code %d, want 1; stderr:\n%s", code, stderr)
+			}
+			if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "fleetlet: ") {
+				t.Errorf("want one line starting with 'fleetlet: ', got:\n%s", stderr)
+			}
+			if strings.Contains(msg, "panic") || strings.Contains(msg, "goroutine ") {
+				t.Errorf("panicked:\n%s", stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("message %q does not say %q", msg, w)
+				}
+			}
+			if after := snapshot(t, dir); !equalSnapshots(before, after) {
+				t.Errorf("files changed: before %v, after %v", keys(before), keys(after))
+			}
+			if tc.live != "" {
+				c, err := net.Dial("unix", filepath.Join(dir, tc.live))
+				if err != nil {
+					t.Errorf("the live server's socket was taken away: %v", err)
+				} else {
+					_ = c.Close()
+				}
+			}
+		})
+	}
+}
+
+// runFleetlet runs the CLI in dir, in a process group of its own, with a
+// private temporary directory, and returns its exit code and stderr. It
+// fails the test if the command outlives badInputDeadline or leaves a
+// process or a temporary file behind.
+func runFleetlet(t *testing.T, dir string, args ...string) (int, string) {
+	t.Helper()
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), badInputDeadline)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	env := []string{runAsFleetlet + "=1", "TMPDIR=" + tmp, "HOME=" + dir}
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if name != "KUBECONFIG" && name != "TMPDIR" && name != "HOME" && !strings.HasPrefix(name, "FLEETLET_") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("still running after %v: a bad input must be refused at once; stderr:\n%s", badInputDeadline, stderr.String())
+	}
+	// Nothing of the group may outlive it: signal 0 only asks.
+	if err := syscall.Kill(-cmd.Process.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		t.Errorf("a process of the command is still running (kill -0: %v)", err)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("left %d files in the temporary directory, such as %s", len(left), left[0].Name())
+	}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stderr.String()
+	case errors.As(err, &exit):
+		return exit.ExitCode(), stderr.String()
+	}
+	t.Fatalf("running the command: %v", err)
+	return 0, ""
+}
+
+// snapshot maps every file and directory under dir to its content.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		switch {
+		case d.Type().IsRegular():
+			data, err := os.ReadFile(path)
+			files[rel] = string(data)
+			return err
+		case d.IsDir():
+			files[rel+"/"] = ""
+		default:
+			files[rel] = d.Type().String()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+func equalSnapshots(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func keys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// validReport is a small report as a run writes it: one pod's phases, with
+// their histograms.
+func validReport(t *testing.T) string {
+	t.Helper()
+	c := reports.NewCollector()
+	at := time.Now()
+	for i, m := range []reports.Milestone{reports.Created, reports.Scheduled, reports.AgentObserved, reports.RunningReported, reports.RunningObserved} {
+		c.Mark(types.UID("pod-1"), m, at.Add(time.Duration(i)*time.Millisecond))
+	}
+	rep := &reports.Report{
+		Profile: "bad-input", StartedAt: at, FinishedAt: at.Add(time.Second), WallSeconds: 1, Nodes: 1,
+		Pods:   c.PodCounts(),
+		Phases: reports.Summaries(c.Phases(reports.DefaultPhases)),
+		SLIs:   reports.Summaries(c.Phases(reports.SLIPhases)),
+	}
+	path := filepath.Join(t.TempDir(), "report.json")
+	if err := reports.WriteJSON(path, rep); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// otherShard is report as another shard of the same run would write it.
+func otherShard(t *testing.T, report string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "r.json")
+	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := reports.ReadJSON(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.StartedAt = rep.StartedAt.Add(time.Millisecond)
+	if err := reports.WriteJSON(path, rep); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// corruptHistogram damages the first encoded histogram of report.
+func corruptHistogram(t *testing.T, report string) string {
+	t.Helper()
+	const key = `"histogram": "`
+	i := strings.Index(report, key)
+	if i < 0 {
+		t.Fatalf("no histogram in the report:\n%s", report)
+	}
+	start := i + len(key)
+	return report[:start] + "AAAA" + report[start+8:]
+}
