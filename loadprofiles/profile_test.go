@@ -15,6 +15,7 @@ import (
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/fleetlet/fleetlet/nodeagent"
+	"github.com/fleetlet/fleetlet/reports"
 )
 
 // validYAML is a small correct profile; the malformed cases edit one line.
@@ -310,14 +311,17 @@ func TestBuiltins(t *testing.T) {
 			t.Errorf("quickstart phase %d = %s, want %s", i, ph.Name, wantPhases[i])
 		}
 	}
-	if c := q.Phases[0].Create; c.Count != 1000 || c.QPS != 50 {
+	if c := q.Phases[0].Create; c.Count != 600 || c.QPS != 20 {
 		t.Errorf("quickstart create = %d pods at %v/s", c.Count, c.QPS)
 	}
 	if w := q.Phases[1].WaitRunning; w.Timeout.Duration != 5*time.Minute {
 		t.Errorf("quickstart waitRunning timeout = %v", w.Timeout.Duration)
 	}
-	if d := q.Phases[2].Delete; d.QPS != 50 {
+	if d := q.Phases[2].Delete; d.QPS != 20 {
 		t.Errorf("quickstart delete qps = %v", d.QPS)
+	}
+	if q.SLOs != (reports.SLOThresholds{}) {
+		t.Errorf("quickstart SLOs = %+v, want the upstream thresholds: the first run must pass them", q.SLOs)
 	}
 
 	s, _ := Load("smoke")
