@@ -15,7 +15,9 @@
 // latencies and the scheduler's throughput; and the SLO verdicts
 // (EvaluateSLOs, against SLOThresholds). It is written as JSON (WriteJSON)
 // and rendered for the terminal (RenderSummary), as Markdown (RenderMarkdown)
-// and as one self-contained HTML file with charts (RenderHTML). Reports of
-// several processes merge exactly (Merge); two runs compare (Compare,
-// RenderComparison).
+// and as one self-contained HTML file with charts (RenderHTML); all three
+// read one view of the report (view.go), built section by section by pure
+// functions of it, so that they say the same things in the same words.
+// Reports of several processes merge exactly (Merge); two runs compare
+// (Compare, RenderComparison).
 package reports

@@ -19,11 +19,12 @@ func RenderMarkdown(w io.Writer, r *Report) error {
 	p := func(format string, args ...any) { fmt.Fprintf(bw, format, args...) }
 
 	p("# %s\n\n", mdText(v.Title))
-	verdict := map[string]string{"pass": "✅ **SLOs pass.**", "fail": "❌ **SLOs fail.**", "unchecked": "➖ **SLOs not checked.**"}[v.Verdict]
-	if v.Verdict == "unchecked" {
-		p("%s\n\n", verdict)
+	icon := map[string]string{"pass": "✅", "fail": "❌", "unchecked": "➖"}[v.Verdict]
+	if len(v.SLOSummary) == 0 {
+		// No SLO results at all: the label says everything.
+		p("%s **%s**\n\n", icon, v.VerdictLabel)
 	} else {
-		p("%s %s\n\n", verdict, mdText(v.VerdictText))
+		p("%s **%s** %s\n\n", icon, v.VerdictLabel, mdText(v.VerdictText))
 	}
 	if v.Diagnosis != "" {
 		p("> %s\n\n", mdText(v.Diagnosis))

@@ -326,25 +326,13 @@ func TestRenderSummaryGolden(t *testing.T) {
 	r := sampleReport()
 	r.SchemaVersion = SchemaVersion
 	RenderSummary(&buf, r)
-	golden := filepath.Join("testdata", "summary.golden")
-	if *update {
-		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test ./reports/ -run RenderSummary -update to create it)", err)
-	}
-	if got := buf.String(); got != string(want) {
-		t.Errorf("summary differs from %s (rerun with -update if the change is intended)\ngot:\n%s\nwant:\n%s", golden, got, want)
-	}
+	checkGolden(t, "summary.golden", buf.Bytes())
 }
 
 func TestRenderSummaryEmptyReport(t *testing.T) {
 	var buf bytes.Buffer
 	RenderSummary(&buf, &Report{})
-	want := "profile (none): 0 nodes, 0 pods created (0 running, 0 deleted, 0 gone), wall 0s, peak RSS unknown\n"
+	want := "profile (none): 0 nodes, 0 pods created (0 Running, 0 deleted, 0 gone), wall 0s, peak RSS unknown\n"
 	if buf.String() != want {
 		t.Errorf("got %q, want %q", buf.String(), want)
 	}

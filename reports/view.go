@@ -3,6 +3,7 @@ package reports
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,24 +11,34 @@ import (
 )
 
 // reportView is a report formatted for people: every number already a
-// string, in the units and precision the renderers show. RenderMarkdown and
-// RenderHTML both read it, so the two files say the same thing.
+// string, in the units and precision the renderers show, every sentence
+// already worded. RenderSummary, RenderMarkdown and RenderHTML all read it
+// and compute nothing of their own, so the terminal, report.md and
+// report.html say the same thing in the same words.
+//
+// Each section is built by one pure function of the report (runOf,
+// factsOf, sloSummaryRows, ...), which buildView only calls.
 type reportView struct {
 	Title   string
 	Profile string
-	// Verdict is "pass", "fail" or "unchecked"; VerdictText says it in words.
-	Verdict     string
-	VerdictText string
+	// Verdict is "pass", "fail" or "unchecked"; VerdictLabel says it in two
+	// words ("SLOs fail.") and VerdictText in a sentence.
+	Verdict      string
+	VerdictLabel string
+	VerdictText  string
 	// Diagnosis says why pod startup failed, when it did; see Diagnosis.
 	Diagnosis string
-	Facts     []fact
+	// Run is the run's size and the fleet's cost: the terminal's header
+	// line. Facts are the headline numbers of report.md and report.html.
+	Run   runView
+	Facts []fact
 
 	SLOSummary []sloSummaryRow
 	SLOs       []sloRow
 	SLIs       []phaseRow
-	SLINotes   []string
+	SLINotes   []string // pods an SLI leaves out
 	Phases     []phaseRow
-	Notes      []string // anomalies and overflows
+	Notes      []string // anomalies and overflows, of phases and SLIs
 
 	API       []apiRow
 	APIServer []apiServerRow
@@ -47,6 +58,18 @@ type keyValue struct{ Key, Value string }
 // fact is one headline number: Value large, Sub under it in small print.
 type fact struct{ Key, Value, Sub string }
 
+// runView is the run's size and the fleet's cost. CPU and Goroutines are ""
+// when not measured (zero), PeakRSS is "unknown"; Started is "" when the
+// report has no start time.
+type runView struct {
+	Nodes, Created, Running, Deleted, Gone string
+	Wall, Started                          string
+	PeakRSS, CPU, Goroutines               string
+}
+
+// sloSummaryRow is one SLO over all its subjects. Failing are its failing
+// subjects, each worded as "subject: p99 ..., above the ... limit (how)";
+// Note says why it was skipped.
 type sloSummaryRow struct {
 	Icon, Status, Name, Title, Checked, Worst, Observed, Limit string
 	Failing                                                    []string
@@ -75,24 +98,112 @@ type apiServerRow struct {
 // sloIcons mark verdicts in Markdown and HTML. Read-only.
 var sloIcons = map[string]string{"pass": "✅", "fail": "❌", "skip": "➖"}
 
-func buildView(r *Report) reportView {
-	v := reportView{Profile: r.Profile, Schema: cmp.Or(r.SchemaVersion, SchemaVersion)}
-	if v.Profile == "" {
-		v.Profile = "(none)"
-	}
-	v.Title = "fleetlet report: " + v.Profile
+// verdictLabels say a report's verdict in two words. Read-only.
+var verdictLabels = map[string]string{"pass": "SLOs pass.", "fail": "SLOs fail.", "unchecked": "SLOs not checked."}
 
+// buildView is the whole report, formatted: one builder per section.
+func buildView(r *Report) reportView {
+	v := reportView{Profile: profileName(r), Schema: cmp.Or(r.SchemaVersion, SchemaVersion)}
+	v.Title = "fleetlet report: " + v.Profile
 	v.Verdict, v.VerdictText = verdictOf(r)
+	v.VerdictLabel = verdictLabels[v.Verdict]
 	v.Diagnosis = Diagnosis(r)
-	wall := fact{Key: "Wall time", Value: fmtWall(r.WallSeconds)}
-	if !r.StartedAt.IsZero() {
-		wall.Sub = r.StartedAt.UTC().Format("2006-01-02 15:04 UTC")
+	v.Run = runOf(r)
+	v.Facts = factsOf(r)
+
+	v.SLOSummary = sloSummaryRows(r)
+	v.SLOs = sloRows(r)
+	v.SLIs = sliRows(r)
+	v.SLINotes = excludedNotes(r)
+	v.Phases = phaseTableRows(r)
+	v.Notes = phaseNotes(r)
+
+	v.API = apiRows(r)
+	v.APIServer = apiServerRows(r)
+	v.APIServerMissing = len(r.APIServerLatency) == 0
+
+	v.Scheduling = schedulingFacts(r)
+	v.Heartbeat = heartbeatFacts(r)
+	v.Fleet = fleetFacts(r)
+	v.Settings = settingRows(r)
+	v.Errors = r.Errors
+	return v
+}
+
+func profileName(r *Report) string {
+	return cmp.Or(r.Profile, "(none)")
+}
+
+// verdictOf is the report's one-line verdict. Skipped SLOs count neither as
+// checked nor as failed.
+func verdictOf(r *Report) (status, text string) {
+	verdicts := sloVerdicts(r.SLOs)
+	if len(verdicts) == 0 {
+		return "unchecked", "SLOs not checked"
 	}
-	v.Facts = []fact{
-		{Key: "Nodes", Value: strconv.Itoa(r.Nodes)},
-		{Key: "Pods created", Value: strconv.Itoa(r.Pods.Created),
-			Sub: fmt.Sprintf("%d Running · %d gone", r.Pods.Running, r.Pods.Gone)},
-		wall,
+	var failed, skipped []string
+	for _, v := range verdicts {
+		switch {
+		case v.fail > 0:
+			failed = append(failed, sloTitle(v.name))
+		case v.skipped:
+			skipped = append(skipped, sloTitle(v.name))
+		}
+	}
+	checked := len(verdicts) - len(skipped)
+	var b strings.Builder
+	switch {
+	case len(failed) > 0:
+		status = "fail"
+		fmt.Fprintf(&b, "%d of %s failed: %s", len(failed), plural(checked, "SLO"), strings.Join(failed, ", "))
+	case checked == 0:
+		return "unchecked", fmt.Sprintf("%d skipped: %s", len(skipped), strings.Join(skipped, ", "))
+	case checked == 1:
+		status = "pass"
+		b.WriteString("The 1 SLO checked passes")
+	default:
+		status = "pass"
+		fmt.Fprintf(&b, "All %d SLOs checked pass", checked)
+	}
+	if len(skipped) > 0 {
+		fmt.Fprintf(&b, " (%d skipped: %s)", len(skipped), strings.Join(skipped, ", "))
+	}
+	return status, b.String()
+}
+
+// runOf is the run's size and the fleet's cost.
+func runOf(r *Report) runView {
+	run := runView{
+		Nodes:   strconv.Itoa(r.Nodes),
+		Created: strconv.Itoa(r.Pods.Created), Running: strconv.Itoa(r.Pods.Running),
+		Deleted: strconv.Itoa(r.Pods.Deleted), Gone: strconv.Itoa(r.Pods.Gone),
+		Wall:    fmtWall(r.WallSeconds),
+		PeakRSS: "unknown",
+	}
+	if !r.StartedAt.IsZero() {
+		run.Started = r.StartedAt.UTC().Format("2006-01-02 15:04 UTC")
+	}
+	if r.Fleet.PeakRSSBytes > 0 {
+		run.PeakRSS = fmtBytes(r.Fleet.PeakRSSBytes)
+	}
+	if r.Fleet.CPUSeconds > 0 {
+		run.CPU = fmtWall(r.Fleet.CPUSeconds)
+	}
+	if r.Fleet.Goroutines > 0 {
+		run.Goroutines = strconv.Itoa(r.Fleet.Goroutines)
+	}
+	return run
+}
+
+// factsOf is the headline: the run's size, the pod startup p99, the
+// scheduling throughput and the fleet's peak RSS.
+func factsOf(r *Report) []fact {
+	run := runOf(r)
+	facts := []fact{
+		{Key: "Nodes", Value: run.Nodes},
+		{Key: "Pods created", Value: run.Created,
+			Sub: fmt.Sprintf("%s Running · %s deleted · %s gone", run.Running, run.Deleted, run.Gone)},
+		{Key: "Wall time", Value: run.Wall, Sub: run.Started},
 	}
 	for _, s := range r.SLIs {
 		if s.Name == SLIPodStartup && s.Count > 0 {
@@ -102,18 +213,26 @@ func buildView(r *Report) reportView {
 					f.Sub += " · SLO " + fmtTickMs(res.ThresholdMs)
 				}
 			}
-			v.Facts = append(v.Facts, f)
+			facts = append(facts, f)
 		}
 	}
-	if r.Scheduling.Pods > 0 {
-		v.Facts = append(v.Facts, fact{Key: "Scheduling", Value: strconv.FormatFloat(r.Scheduling.AvgPerSecond, 'f', 1, 64) + " pods/s",
-			Sub: fmt.Sprintf("busiest second: %d", r.Scheduling.MaxPerSecond)})
+	if s := r.Scheduling; s.Pods > 0 {
+		facts = append(facts, fact{Key: "Scheduling", Value: fmtRate(s.AvgPerSecond, 1) + " pods/s",
+			Sub: "busiest second: " + plural(s.MaxPerSecond, "pod")})
 	}
 	if r.Fleet.PeakRSSBytes > 0 {
-		v.Facts = append(v.Facts, fact{Key: "Fleet peak RSS", Value: fmtBytes(r.Fleet.PeakRSSBytes),
-			Sub: "CPU " + fmtWall(r.Fleet.CPUSeconds)})
+		f := fact{Key: "Fleet peak RSS", Value: run.PeakRSS}
+		if run.CPU != "" {
+			f.Sub = "CPU " + run.CPU
+		}
+		facts = append(facts, f)
 	}
+	return facts
+}
 
+// sloSummaryRows is one row per SLO, with its failing subjects.
+func sloSummaryRows(r *Report) []sloSummaryRow {
+	var rows []sloSummaryRow
 	for _, sv := range sloVerdicts(r.SLOs) {
 		row := sloSummaryRow{Name: sv.name, Title: sloTitle(sv.name), Checked: strconv.Itoa(sv.checked), Worst: "-", Observed: "-", Limit: "-"}
 		switch {
@@ -133,10 +252,20 @@ func buildView(r *Report) reportView {
 			row.Limit = fmtMs(sv.worst.ThresholdMs)
 		}
 		for _, f := range sv.failing {
-			row.Failing = append(row.Failing, fmt.Sprintf("%s: p99 %s ms over %s ms", f.Subject, fmtMs(f.ObservedMs), fmtMs(f.ThresholdMs)))
+			line := fmt.Sprintf("%s: p99 %s ms, above the %s ms limit", f.Subject, fmtMs(f.ObservedMs), fmtMs(f.ThresholdMs))
+			if f.Detail != "" {
+				line += " (" + f.Detail + ")"
+			}
+			row.Failing = append(row.Failing, line)
 		}
-		v.SLOSummary = append(v.SLOSummary, row)
+		rows = append(rows, row)
 	}
+	return rows
+}
+
+// sloRows is every check, one row per SLO and subject.
+func sloRows(r *Report) []sloRow {
+	var rows []sloRow
 	for _, s := range r.SLOs {
 		row := sloRow{Name: s.Name, Subject: cmp.Or(s.Subject, "-"), Observed: "-", Limit: "-", Count: "-", Detail: s.Detail}
 		switch {
@@ -154,38 +283,77 @@ func buildView(r *Report) reportView {
 		if s.ThresholdMs > 0 {
 			row.Limit = fmtMs(s.ThresholdMs)
 		}
-		v.SLOs = append(v.SLOs, row)
+		rows = append(rows, row)
 	}
+	return rows
+}
 
-	v.SLIs = phaseRows(r.SLIs, SLIPhases)
+// sliRows are the SLIs, with the milestones each spans: an SLI's name does
+// not say them.
+func sliRows(r *Report) []phaseRow { return phaseRows(r.SLIs, SLIPhases) }
+
+// phaseTableRows are the phases; a phase's name says its milestones.
+func phaseTableRows(r *Report) []phaseRow { return phaseRows(r.Phases, nil) }
+
+// excludedNotes say which pods each SLI leaves out.
+func excludedNotes(r *Report) []string {
+	var notes []string
 	for _, p := range r.SLIs {
 		if p.Excluded > 0 {
-			v.SLINotes = append(v.SLINotes, fmt.Sprintf("%s leaves out %s that pulled an image, as the upstream SLO does.", p.Name, plural(p.Excluded, "pod")))
+			notes = append(notes, fmt.Sprintf("%s leaves out %s that pulled an image, as the upstream SLO does.", p.Name, plural(p.Excluded, "pod")))
 		}
 	}
-	// A phase's name says its milestones; an SLI's does not.
-	v.Phases = phaseRows(r.Phases, nil)
-	for _, p := range slices.Concat(r.Phases, r.SLIs) {
-		if p.Anomalies > 0 {
-			v.Notes = append(v.Notes, fmt.Sprintf("%s: %s stamped its end before its start (a clock or milestone bug); left out.", p.Name, plural(p.Anomalies, "pod")))
-		}
-		if p.Overflows > 0 {
-			v.Notes = append(v.Notes, fmt.Sprintf("%s: %s took longer than 1h; counted as 1h.", p.Name, plural(p.Overflows, "pod")))
-		}
-	}
+	return notes
+}
 
+// phaseNotes warn of the pods a phase or SLI could not count as measured:
+// anomalies (left out) and overflows (capped).
+func phaseNotes(r *Report) []string {
+	var notes []string
+	for _, set := range []struct {
+		kind   string
+		phases []PhaseSummary
+	}{{"phase", r.Phases}, {"SLI", r.SLIs}} {
+		for _, p := range set.phases {
+			if p.Anomalies > 0 {
+				its := "its"
+				if p.Anomalies != 1 {
+					its = "their"
+				}
+				notes = append(notes, fmt.Sprintf("%s %s: %s stamped %s end before %s start (a clock or milestone bug); left out of the %s.",
+					set.kind, p.Name, plural(p.Anomalies, "pod"), its, its, set.kind))
+			}
+			if p.Overflows > 0 {
+				notes = append(notes, fmt.Sprintf("%s %s: %s took longer than 1h; counted as 1h.", set.kind, p.Name, plural(p.Overflows, "pod")))
+			}
+		}
+	}
+	return notes
+}
+
+// apiRows are the fleet's requests, client side; the rate is over the
+// run's wall time.
+func apiRows(r *Report) []apiRow {
+	var rows []apiRow
 	for _, a := range r.API {
 		rate := "-"
 		if r.WallSeconds > 0 {
-			rate = strconv.FormatFloat(float64(a.Count)/r.WallSeconds, 'f', 1, 64)
+			rate = fmtRate(float64(a.Count)/r.WallSeconds, 1)
 		}
-		v.API = append(v.API, apiRow{
+		rows = append(rows, apiRow{
 			Verb: a.Verb, Resource: a.Label(), Requests: strconv.FormatInt(a.Count, 10), Rate: rate,
 			Sent: fmtBytes(a.BytesSent), Received: fmtBytes(a.BytesReceived),
 			P50: fmtMs(a.P50Ms), P99: fmtMs(a.P99Ms), Errors: strconv.FormatInt(a.Errors, 10),
 		})
 	}
+	return rows
+}
+
+// apiServerRows are the apiserver's own latencies, each marked when its
+// p99 is above the SLO threshold that applies to it.
+func apiServerRows(r *Report) []apiServerRow {
 	limits := thresholdsOf(r)
+	var rows []apiServerRow
 	for _, c := range r.APIServerLatency {
 		row := apiServerRow{
 			Verb: c.Verb, Resource: c.Label(), Scope: cmp.Or(c.Scope, "-"), Count: strconv.FormatInt(c.Count, 10),
@@ -194,53 +362,20 @@ func buildView(r *Report) reportView {
 		if limit, ok := limits.apiLimitMs(c); ok && c.P99Ms > limit {
 			row.Over = true
 		}
-		v.APIServer = append(v.APIServer, row)
+		rows = append(rows, row)
 	}
-	v.APIServerMissing = len(r.APIServerLatency) == 0
-
-	v.Scheduling = schedulingFacts(r.Scheduling)
-	v.Heartbeat = heartbeatFacts(r.Heartbeat)
-	v.Fleet = fleetFacts(r.Fleet)
-	keys := make([]string, 0, len(r.Settings))
-	for k := range r.Settings {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		v.Settings = append(v.Settings, keyValue{k, r.Settings[k]})
-	}
-	v.Errors = r.Errors
-	return v
+	return rows
 }
 
-// verdictOf is the report's one-line verdict.
-func verdictOf(r *Report) (status, text string) {
-	verdicts := sloVerdicts(r.SLOs)
-	if len(verdicts) == 0 {
-		return "unchecked", "SLOs not checked"
+// settingRows are the settings that differ from the kubelet's defaults,
+// sorted by name.
+func settingRows(r *Report) []keyValue {
+	keys := slices.Sorted(maps.Keys(r.Settings))
+	rows := make([]keyValue, 0, len(keys))
+	for _, k := range keys {
+		rows = append(rows, keyValue{k, r.Settings[k]})
 	}
-	var failed, skipped []string
-	for _, v := range verdicts {
-		switch {
-		case v.fail > 0:
-			failed = append(failed, sloTitle(v.name))
-		case v.skipped:
-			skipped = append(skipped, sloTitle(v.name))
-		}
-	}
-	checked := len(verdicts) - len(skipped)
-	var b strings.Builder
-	if len(failed) > 0 {
-		status = "fail"
-		fmt.Fprintf(&b, "%d of %d SLOs failed: %s", len(failed), checked, strings.Join(failed, ", "))
-	} else {
-		status = "pass"
-		fmt.Fprintf(&b, "All %d SLOs checked pass", checked)
-	}
-	if len(skipped) > 0 {
-		fmt.Fprintf(&b, " (%d skipped: %s)", len(skipped), strings.Join(skipped, ", "))
-	}
-	return status, b.String()
+	return rows
 }
 
 func phaseRows(phases []PhaseSummary, specs []PhaseSpec) []phaseRow {
@@ -304,19 +439,22 @@ func (t SLOThresholds) apiLimitMs(c APICallLatency) (float64, bool) {
 	return durationMs(d), true
 }
 
-func schedulingFacts(s SchedulingStats) []keyValue {
+// schedulingFacts are the scheduling throughput, from our milestones and
+// from the scheduler's own metrics.
+func schedulingFacts(r *Report) []keyValue {
+	s := r.Scheduling
 	var out []keyValue
 	if s.Pods > 0 {
 		out = append(out,
 			keyValue{"Pods seen scheduled", strconv.Itoa(s.Pods)},
-			keyValue{"Average, 1-second windows", strconv.FormatFloat(s.AvgPerSecond, 'f', 1, 64) + " pods/s"},
-			keyValue{"Busiest second", strconv.Itoa(s.MaxPerSecond) + " pods"},
+			keyValue{"Average, 1-second windows", fmtRate(s.AvgPerSecond, 1) + " pods/s"},
+			keyValue{"Busiest second", plural(s.MaxPerSecond, "pod")},
 		)
 	}
 	if s.SchedulerSeconds > 0 {
 		out = append(out,
-			keyValue{"Scheduler: pods bound", fmt.Sprintf("%d in %s (%s pods/s)", s.SchedulerScheduled, fmtWall(s.SchedulerSeconds), strconv.FormatFloat(s.SchedulerPerSecond, 'f', 1, 64))},
-			keyValue{"Scheduler: unschedulable, errors", fmt.Sprintf("%d, %d", s.SchedulerUnschedulable, s.SchedulerErrors)},
+			keyValue{"Pods bound by the scheduler", fmt.Sprintf("%d in %s (%s pods/s)", s.SchedulerScheduled, fmtWall(s.SchedulerSeconds), fmtRate(s.SchedulerPerSecond, 1))},
+			keyValue{"Scheduler's failed attempts", fmt.Sprintf("%d unschedulable, %d errors", s.SchedulerUnschedulable, s.SchedulerErrors)},
 		)
 	}
 	if l := s.SchedulingSLI; l != nil && l.Count > 0 {
@@ -325,30 +463,31 @@ func schedulingFacts(s SchedulingStats) []keyValue {
 	return out
 }
 
-func heartbeatFacts(h *HeartbeatStats) []keyValue {
+// heartbeatFacts are the fleet's heartbeat load and how late its lease
+// renewals came; nil when the report has none.
+func heartbeatFacts(r *Report) []keyValue {
+	h := r.Heartbeat
 	if h == nil {
 		return nil
 	}
 	l, w := h.Lateness, h.LeaseWriteLatency
 	return []keyValue{
 		{"Nodes renewing their lease", strconv.Itoa(h.Nodes)},
-		{"Lease updates", strconv.FormatFloat(h.LeaseUpdatesPerSecond, 'f', 1, 64) + "/s"},
-		{"Node status patches", strconv.FormatFloat(h.NodeStatusPatchesPerSecond, 'f', 2, 64) + "/s"},
+		{"Lease updates", fmtRate(h.LeaseUpdatesPerSecond, 1) + "/s"},
+		{"Node status patches", fmtRate(h.NodeStatusPatchesPerSecond, 2) + "/s"},
 		{"Lease renewal lateness", fmt.Sprintf("p50 %s ms, p99 %s ms, max %s ms over %d renewals", fmtMs(l.P50Ms), fmtMs(l.P99Ms), fmtMs(l.MaxMs), l.Count)},
-		{"Lease PUT latency (its API share)", fmt.Sprintf("p50 %s ms, p99 %s ms, max %s ms", fmtMs(w.P50Ms), fmtMs(w.P99Ms), fmtMs(w.MaxMs))},
+		{"Lease PUT latency (the API server's part)", fmt.Sprintf("p50 %s ms, p99 %s ms, max %s ms", fmtMs(w.P50Ms), fmtMs(w.P99Ms), fmtMs(w.MaxMs))},
 		{"Open watches", strconv.Itoa(h.OpenWatches)},
 		{"Agents' traffic", fmt.Sprintf("%s/s sent, %s/s received", fmtBytes(int64(h.BytesSentPerSecond)), fmtBytes(int64(h.BytesReceivedPerSecond)))},
 	}
 }
 
-func fleetFacts(f FleetStats) []keyValue {
-	rss := "unknown"
-	if f.PeakRSSBytes > 0 {
-		rss = fmtBytes(f.PeakRSSBytes)
-	}
+// fleetFacts are the fleet's own cost, as runOf words it.
+func fleetFacts(r *Report) []keyValue {
+	run := runOf(r)
 	return []keyValue{
-		{"Peak RSS", rss},
-		{"CPU", fmtWall(f.CPUSeconds)},
-		{"Goroutines at the end", strconv.Itoa(f.Goroutines)},
+		{"Peak RSS", run.PeakRSS},
+		{"CPU", cmp.Or(run.CPU, "unknown")},
+		{"Goroutines at the end", cmp.Or(run.Goroutines, "unknown")},
 	}
 }
