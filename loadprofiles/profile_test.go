@@ -311,13 +311,13 @@ func TestBuiltins(t *testing.T) {
 			t.Errorf("quickstart phase %d = %s, want %s", i, ph.Name, wantPhases[i])
 		}
 	}
-	if c := q.Phases[0].Create; c.Count != 600 || c.QPS != 20 {
+	if c := q.Phases[0].Create; c.Count != 500 || c.QPS != 10 {
 		t.Errorf("quickstart create = %d pods at %v/s", c.Count, c.QPS)
 	}
 	if w := q.Phases[1].WaitRunning; w.Timeout.Duration != 5*time.Minute {
 		t.Errorf("quickstart waitRunning timeout = %v", w.Timeout.Duration)
 	}
-	if d := q.Phases[2].Delete; d.QPS != 20 {
+	if d := q.Phases[2].Delete; d.QPS != 10 {
 		t.Errorf("quickstart delete qps = %v", d.QPS)
 	}
 	if q.SLOs != (reports.SLOThresholds{}) {
