@@ -62,16 +62,16 @@ func newAgentCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			restCfg, err := loadKubeconfig(opts.Kubeconfig)
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			cri, err := dialCRI(ctx, opts.Endpoint)
 			if err != nil {
 				return err
 			}
 			defer cri.Close()
+			restCfg, err := loadKubeconfig(opts.Kubeconfig)
+			if err != nil {
+				return err
+			}
 			return runAgent(ctx, opts, cri, restCfg, reports.Discard{})
 		},
 	}

@@ -317,7 +317,7 @@ func TestAgentAgainstContainerd(t *testing.T) {
 	v := viper.New()
 	v.Set("bin-dir", bins)
 	v.Set("kubeconfig", "")
-	cl, err := openCluster(ctx, v, filepath.Join(t.TempDir(), "controlplane"))
+	cl, err := openCluster(ctx, "", v.GetString("bin-dir"), filepath.Join(t.TempDir(), "controlplane"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/fleetlet/fleetlet/fleet"
 	"github.com/fleetlet/fleetlet/loadprofiles"
 	"github.com/fleetlet/fleetlet/nodeagent"
 	"github.com/fleetlet/fleetlet/reports"
@@ -94,9 +93,6 @@ type benchResult struct {
 }
 
 func benchFleet(ctx context.Context, v *viper.Viper) error {
-	if err := checkFleetFlags(v); err != nil {
-		return err
-	}
 	var sizes []int
 	for _, s := range strings.Split(v.GetString("nodes"), ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -112,16 +108,8 @@ func benchFleet(ctx context.Context, v *viper.Viper) error {
 	if v.GetInt("pods-per-node") < 0 || v.GetFloat64("pod-qps") <= 0 {
 		return fmt.Errorf("--pods-per-node %d --pod-qps %v: want a count of 0 or more and a positive rate", v.GetInt("pods-per-node"), v.GetFloat64("pod-qps"))
 	}
-	if err := checkWaits(v, false); err != nil {
+	if err := preflight(v, slices.Max(sizes), false); err != nil {
 		return err
-	}
-	if err := checkCapacity(slices.Max(sizes), "/proc/meminfo"); err != nil {
-		return err
-	}
-	if path := kubeconfigPath(v); path != "" {
-		if _, err := loadKubeconfig(path); err != nil {
-			return err
-		}
 	}
 	dir := v.GetString("dir")
 	if dir == "" {
@@ -190,17 +178,19 @@ func medianResult(runs []benchResult) benchResult {
 // any run's fleet; benchOne lowers it (or sets it, when 0) before its own.
 func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *int64) (res benchResult, err error) {
 	res.nodes, res.runs = n, 1
-	cl, err := openCluster(ctx, v, dir)
-	if err != nil {
-		return res, err
-	}
-	defer func() { err = errors.Join(err, cl.Stop()) }()
-	client, err := kubernetes.NewForConfig(cl.admin)
-	if err != nil {
-		return res, err
-	}
 	profile := &loadprofiles.Profile{Name: "bench", NodePools: []loadprofiles.NodePool{{Name: "bench", Count: n}}}
 	profile.Default()
+	opts, err := optionsFrom(v, profile, dir)
+	if err != nil {
+		return res, err
+	}
+	lateness := reports.NewLeaseLateness(nodeagent.LeaseRenewInterval(nodeagent.DefaultKubeletConfiguration()))
+	collector := reports.NewCollector()
+	// The window must not overlap the controller-manager's work on fresh
+	// nodes (lifting their not-ready taints), which loads the API server
+	// for as long as it lasts.
+	opts.Schedulable = true
+	opts.Recorder, opts.WrapTransport, opts.DebugCollectors = collector, lateness.Wrap, lateness.Collectors()
 
 	// A run's fleet leaves the process's RSS higher than it found it, even
 	// after FreeOSMemory (pages the Go runtime keeps or cannot return), so
@@ -211,32 +201,13 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *i
 		*rssBase = rss
 	}
 	rss0, g0 := *rssBase, runtime.NumGoroutine()
-	lateness := reports.NewLeaseLateness(nodeagent.LeaseRenewInterval(nodeagent.DefaultKubeletConfiguration()))
-	collector := reports.NewCollector()
-	f, _, cleanup, err := newFleet(ctx, v, profile, cl, collector, lateness.Wrap, lateness.Collectors()...)
-	if err != nil {
+	s := newSession(opts)
+	defer func() { err = errors.Join(err, s.Close()) }()
+	if err := s.Start(ctx); err != nil {
 		return res, err
 	}
-	defer cleanup()
-	fleetCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	start := time.Now()
-	go func() { done <- f.Run(fleetCtx) }()
-	defer func() {
-		stop()
-		err = errors.Join(err, <-done)
-	}()
-	if err := fleet.WaitForNodesReady(ctx, client, f.NodeNames(), v.GetDuration("ready-timeout")); err != nil {
-		return res, err
-	}
-	res.startup = time.Since(start)
-	// The window must not overlap the controller-manager's work on fresh
-	// nodes (lifting their not-ready taints), which loads the API server
-	// for as long as it lasts.
-	if err := fleet.WaitForNodesSchedulable(ctx, client, f.NodeNames(), v.GetDuration("ready-timeout")); err != nil {
-		return res, err
-	}
-	res.schedulable = time.Since(start)
+	cl, client := s.cluster, s.admin
+	res.startup, res.schedulable = s.readyAfter, s.schedulableAfter
 	fmt.Fprintf(os.Stderr, "fleetlet: %d nodes Ready after %v, schedulable after %v; measuring\n", n,
 		res.startup.Round(time.Millisecond), res.schedulable.Round(time.Millisecond))
 

@@ -21,6 +21,28 @@ import (
 // The checks here run before anything starts: a typo must cost neither a
 // control plane start nor a directory left behind.
 
+// preflight makes every check that needs neither a cluster nor a fleet,
+// for `run`, `fleet` and `bench`: the fleet flags, the waits (zeroWaits as
+// for checkWaits), a fleet of nodes nodes against this machine's memory, and
+// the kubeconfig, if one is named.
+func preflight(v *viper.Viper, nodes int, zeroWaits bool) error {
+	if err := checkFleetFlags(v); err != nil {
+		return err
+	}
+	if err := checkWaits(v, zeroWaits); err != nil {
+		return err
+	}
+	if err := checkCapacity(nodes, "/proc/meminfo"); err != nil {
+		return err
+	}
+	if path := kubeconfigPath(v); path != "" {
+		if _, err := loadKubeconfig(path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // maxStartJitter bounds --start-jitter. Spreading starts over more than the
 // lease duration already gains nothing; an hour is a typo.
 const maxStartJitter = time.Hour

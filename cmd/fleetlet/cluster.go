@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"github.com/spf13/viper"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -41,13 +40,13 @@ func clusterFlags(fs *pflag.FlagSet) {
 	fs.String("bin-dir", "", "directory holding etcd, kube-apiserver, kube-scheduler and kube-controller-manager (default: the directory of the fleetlet binary)")
 }
 
-// openCluster connects to the cluster the flags name, or starts ours with its
-// data under dir.
-func openCluster(ctx context.Context, v *viper.Viper, dir string) (*cluster, error) {
-	if path := kubeconfigPath(v); path != "" {
-		return externalCluster(path)
+// openCluster connects to the cluster of kubeconfig, or, when it is "",
+// starts ours from the binaries in binDir (default: beside this binary) with
+// its data under dir.
+func openCluster(ctx context.Context, kubeconfig, binDir, dir string) (*cluster, error) {
+	if kubeconfig != "" {
+		return externalCluster(kubeconfig)
 	}
-	binDir := v.GetString("bin-dir")
 	if binDir == "" {
 		exe, err := os.Executable()
 		if err != nil {

@@ -7,14 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleetlet/fleetlet/fakeruntime"
-	"github.com/fleetlet/fleetlet/fleet"
 	"github.com/fleetlet/fleetlet/loadprofiles"
 	"github.com/fleetlet/fleetlet/reports"
 )
@@ -33,57 +30,38 @@ func newFleetCommand() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			if err := checkFleetFlags(v); err != nil {
-				return err
-			}
-			if err := checkWaits(v, true); err != nil {
-				return err
-			}
 			profile, err := fleetProfile(v.GetString("profile"), v.GetInt("nodes"))
 			if err != nil {
 				return err
 			}
-			if err := checkCapacity(profile.TotalNodes(), "/proc/meminfo"); err != nil {
+			if err := preflight(v, profile.TotalNodes(), true); err != nil {
 				return err
 			}
-			if path := kubeconfigPath(v); path != "" {
-				if _, err := loadKubeconfig(path); err != nil {
-					return err
-				}
-			}
-			dir := v.GetString("dir")
-			if dir == "" {
-				if dir, err = os.MkdirTemp("", "fleetlet-fleet-"); err != nil {
-					return err
-				}
-			}
-			cl, err := openCluster(ctx, v, filepath.Join(dir, "controlplane"))
+			dir, err := tempDir(v.GetString("dir"), "fleetlet-fleet-")
 			if err != nil {
 				return err
 			}
-			defer func() { _ = cl.Stop() }()
-			f, _, cleanup, err := newFleet(ctx, v, profile, cl, reports.Discard{}, nil)
+			opts, err := optionsFrom(v, profile, filepath.Join(dir, "controlplane"))
 			if err != nil {
 				return err
 			}
-			defer cleanup()
-			var wg sync.WaitGroup
-			var runErr error
-			wg.Add(1)
-			go func() { defer wg.Done(); runErr = f.Run(ctx) }()
-			client, err := kubernetes.NewForConfig(cl.admin)
-			if err != nil {
-				return err
+			s := newSession(opts)
+			startErr := s.Start(ctx)
+			if !s.fleetRunning() {
+				return errors.Join(startErr, s.Close())
 			}
-			readyErr := fleet.WaitForNodesReady(ctx, client, f.NodeNames(), v.GetDuration("ready-timeout"))
-			if readyErr == nil {
-				fmt.Fprintf(os.Stderr, "fleetlet: %d nodes Ready; kubeconfig %s; Ctrl-C to stop\n", len(f.NodeNames()), cl.kubeconfig)
+			switch {
+			case startErr == nil:
+				fmt.Fprintf(os.Stderr, "fleetlet: %d nodes Ready; kubeconfig %s; Ctrl-C to stop\n", len(s.fleet.NodeNames()), s.cluster.kubeconfig)
+			case errors.Is(startErr, context.Canceled):
+				startErr = nil
+			default:
+				// The nodes that are up stay up for the load tool; the
+				// error is the command's result once it is interrupted.
+				fmt.Fprintf(os.Stderr, "fleetlet: %v; hosting the fleet until interrupted\n", startErr)
 			}
-			wg.Wait()
-			if errors.Is(readyErr, context.Canceled) {
-				readyErr = nil
-			}
-			return errors.Join(readyErr, runErr)
+			<-ctx.Done()
+			return errors.Join(startErr, s.Close())
 		},
 	}
 	addFlags(cmd, clusterFlags, fleetFlags, func(fs *pflag.FlagSet) {
@@ -129,8 +107,7 @@ func newControlPlaneCommand() *cobra.Command {
 					return err
 				}
 			}
-			v.Set("kubeconfig", "")
-			cl, err := openCluster(cmd.Context(), v, dir)
+			cl, err := openCluster(cmd.Context(), "", v.GetString("bin-dir"), dir)
 			if err != nil {
 				return err
 			}

@@ -45,7 +45,7 @@ func binDir(t *testing.T) string {
 // startTestSession loads a built-in profile, keeps only the phases keep
 // accepts (the tests delete pods themselves, to look at them first), and
 // starts its control plane and fleet; the session closes with the test.
-func startTestSession(ctx context.Context, t *testing.T, name string, keep func(loadprofiles.Phase) bool) *session {
+func startTestSession(ctx context.Context, t *testing.T, name string, keep func(loadprofiles.Phase) bool) *profileRun {
 	t.Helper()
 	profile, err := loadprofiles.Load(name)
 	if err != nil {
@@ -58,10 +58,15 @@ func startTestSession(ctx context.Context, t *testing.T, name string, keep func(
 		}
 	}
 	profile.Phases = phases
-	s, err := startSession(ctx, testSettings(t, criInProc), profile, t.TempDir())
-	if s != nil {
+	opts, err := optionsFrom(testSettings(t, criInProc), profile, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Schedulable = true
+	r, err := startRun(ctx, opts)
+	if r != nil {
 		t.Cleanup(func() {
-			if err := s.close(); err != nil {
+			if err := r.Close(); err != nil {
 				t.Errorf("closing the session: %v", err)
 			}
 		})
@@ -69,10 +74,7 @@ func startTestSession(ctx context.Context, t *testing.T, name string, keep func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.runErr != nil {
-		t.Fatal(s.runErr)
-	}
-	return s
+	return r
 }
 
 func testSettings(t *testing.T, cri string) *viper.Viper {
@@ -232,7 +234,7 @@ func TestFleetAgainstRealControlPlane(t *testing.T) {
 		t.Errorf("pods still present 3 minutes after their deletion: the agents did not finish it")
 	}
 
-	rep := s.report(nil)
+	rep := s.report(nil, nil)
 	if rep.Nodes != nodes || rep.Pods.Created != pods || rep.Pods.Running != pods {
 		t.Errorf("report: %d nodes, %d pods created, %d running; want %d, %d, %d", rep.Nodes, rep.Pods.Created, rep.Pods.Running, nodes, pods, pods)
 	}
@@ -264,7 +266,7 @@ func TestFleetAgainstRealControlPlane(t *testing.T) {
 // certificate, as metrics-server does (the API server's node proxy refuses
 // loopback node addresses); the same request without credentials is
 // refused.
-func checkKubeletAPI(ctx context.Context, t *testing.T, s *session, pod *corev1.Pod, nodes *corev1.NodeList) {
+func checkKubeletAPI(ctx context.Context, t *testing.T, s *profileRun, pod *corev1.Pod, nodes *corev1.NodeList) {
 	t.Helper()
 	logs, err := s.client.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil || len(logs) == 0 {

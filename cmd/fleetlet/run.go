@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/fleetlet/fleetlet/fleet"
 	"github.com/fleetlet/fleetlet/loadprofiles"
 	"github.com/fleetlet/fleetlet/nodeagent"
 	"github.com/fleetlet/fleetlet/reports"
@@ -52,12 +51,6 @@ func newRunCommand() *cobra.Command {
 // can be checked is checked before the output directory is made; a run that
 // fails before writing anything into it takes it away again.
 func run(ctx context.Context, v *viper.Viper) (err error) {
-	if err := checkFleetFlags(v); err != nil {
-		return err
-	}
-	if err := checkWaits(v, false); err != nil {
-		return err
-	}
 	profile, err := loadprofiles.Load(v.GetString("profile"))
 	if err != nil {
 		return err
@@ -68,13 +61,8 @@ func run(ctx context.Context, v *viper.Viper) (err error) {
 			return err
 		}
 	}
-	if err := checkCapacity(profileNodes(profile, sw), "/proc/meminfo"); err != nil {
-		return fmt.Errorf("profile %s: %w", profile.Name, err)
-	}
-	if path := kubeconfigPath(v); path != "" {
-		if _, err := loadKubeconfig(path); err != nil {
-			return err
-		}
+	if err := preflight(v, profileNodes(profile, sw), false); err != nil {
+		return err
 	}
 	out, created, err := outputDir(v.GetString("out"), profile.Name)
 	if err != nil {
@@ -102,30 +90,39 @@ func run(ctx context.Context, v *viper.Viper) (err error) {
 // whatever happens next, and returned with the error.
 func runProfile(ctx context.Context, v *viper.Viper, profile *loadprofiles.Profile, out string) (rep *reports.Report, err error) {
 	fmt.Fprintf(os.Stderr, "fleetlet: profile %s, %d nodes; output in %s\n", profile.Name, profile.TotalNodes(), out)
-	s, err := startSession(ctx, v, profile, out)
-	if s != nil {
-		defer func() { err = errors.Join(err, s.close()) }()
-	}
+	opts, err := optionsFrom(v, profile, filepath.Join(out, "controlplane"))
 	if err != nil {
 		return nil, err
 	}
+	opts.Schedulable = true
+	r, err := startRun(ctx, opts)
+	if r != nil {
+		defer func() { err = errors.Join(err, r.Close()) }()
+	}
+	if r == nil || !r.fleetRunning() {
+		return nil, err
+	}
+	// runErr is the first failure once the fleet runs: the report carries it.
+	runErr := err
 	var metrics *reports.Metrics
-	if s.runErr == nil {
-		before := s.scrape(ctx)
-		s.runErr = s.drive(ctx)
-		metrics = reports.Diff(before, s.scrape(ctx))
+	if runErr == nil {
+		fmt.Fprintf(os.Stderr, "fleetlet: %d nodes Ready and schedulable after %v; kubeconfig %s\n",
+			len(r.fleet.NodeNames()), time.Since(r.started).Round(time.Millisecond), r.cluster.kubeconfig)
+		before := r.scrape(ctx)
+		runErr = r.drive(ctx)
+		metrics = reports.Diff(before, r.scrape(ctx))
 	}
 	if ctx.Err() != nil {
-		s.runErr = fmt.Errorf("interrupted (%v); the report holds what was measured until then", s.runErr)
+		runErr = fmt.Errorf("interrupted (%v); the report holds what was measured until then", runErr)
 	}
-	rep = s.report(metrics)
+	rep = r.report(metrics, runErr)
 	if err := writeReports(out, rep); err != nil {
-		return rep, errors.Join(s.runErr, err)
+		return rep, errors.Join(runErr, err)
 	}
 	fmt.Println()
 	reports.RenderSummary(os.Stdout, rep)
 	fmt.Printf("\nreport: %s (and report.md, report.html)\n", filepath.Join(out, "report.json"))
-	return rep, s.runErr
+	return rep, runErr
 }
 
 // writeReports writes report.json, report.md and report.html into out.
@@ -170,103 +167,67 @@ func failedSLOs(rep *reports.Report) string {
 	return strings.Join(names, ", ")
 }
 
-// scrape reads the control plane's metrics. A failed scrape is recorded in
-// the report, never fatal: the run's own measurements stand without it.
-func (s *session) scrape(ctx context.Context) *reports.Metrics {
-	client, err := rest.HTTPClientFor(s.cluster.admin)
-	if err != nil {
-		s.scrapeErrs = append(s.scrapeErrs, err)
-		return nil
-	}
-	m, err := reports.Scrape(ctx, client, s.cluster.metricsURLs...)
-	if err != nil {
-		s.scrapeErrs = append(s.scrapeErrs, err)
-	}
-	return m
-}
-
-// session is one run's wiring: the cluster, the fleet on it, and what
-// measures them.
-type session struct {
-	profile   *loadprofiles.Profile
-	started   time.Time
-	cluster   *cluster
-	fleet     *fleet.Fleet
+// profileRun is a profile's load on a session: the driver's client and
+// what measures the run.
+type profileRun struct {
+	*session
+	profile *loadprofiles.Profile
+	// client is the load driver's: the admin's credentials with a limiter
+	// loose enough for the profile's rates.
 	client    kubernetes.Interface
 	collector *reports.Collector
 	counter   *reports.APICounter
 	lateness  *reports.LeaseLateness
 	settings  map[string]string
-	// runErr is the first failure after the fleet started; the report
-	// carries it, and scrapeErrs the control plane metrics it could not read.
-	runErr     error
+	// scrapeErrs are the control plane metrics the run could not read.
 	scrapeErrs []error
-
-	cleanup   func()
-	stopFleet context.CancelFunc
-	fleetDone chan error
 }
 
-// startSession opens the cluster and starts the fleet on it. A session is
-// returned, to be closed, as soon as the cluster is open; an error in
-// waiting for the nodes is left in runErr so the report still gets written.
-func startSession(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, out string) (*session, error) {
-	s := &session{
-		profile: p, started: time.Now(), collector: reports.NewCollector(), counter: reports.NewAPICounter(),
-		lateness: reports.NewLeaseLateness(nodeagent.LeaseRenewInterval(nodeagent.DefaultKubeletConfiguration())),
-	}
-	cl, err := openCluster(ctx, v, filepath.Join(out, "controlplane"))
+// startRun starts a session for opts.Profile with the run's measurements
+// wired in. The run it returns, if any, is to be closed; it is returned
+// with errNodesNotUp when the fleet runs but its nodes did not come up, so
+// that the report can still be written.
+func startRun(ctx context.Context, opts sessionOptions) (*profileRun, error) {
+	settings, err := settingsOf(opts)
 	if err != nil {
 		return nil, err
 	}
-	s.cluster = cl
-	fmt.Fprintf(os.Stderr, "fleetlet: control plane ready; kubeconfig %s\n", cl.kubeconfig)
-	if s.client, err = kubernetes.NewForConfig(driverConfig(cl.admin, p)); err != nil {
-		return s, err
+	r := &profileRun{
+		profile: opts.Profile, settings: settings,
+		collector: reports.NewCollector(), counter: reports.NewAPICounter(),
+		lateness: reports.NewLeaseLateness(nodeagent.LeaseRenewInterval(nodeagent.DefaultKubeletConfiguration())),
 	}
-	wrap := func(rt http.RoundTripper) http.RoundTripper { return s.counter.Wrap(s.lateness.Wrap(rt)) }
-	s.fleet, s.settings, s.cleanup, err = newFleet(ctx, v, p, cl, s.collector, wrap, s.lateness.Collectors()...)
-	if err != nil {
-		return s, err
+	opts.Recorder = r.collector
+	opts.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return r.counter.Wrap(r.lateness.Wrap(rt)) }
+	opts.DebugCollectors = append(opts.DebugCollectors, r.lateness.Collectors()...)
+	r.session = newSession(opts)
+	err = r.Start(ctx)
+	if r.cluster != nil {
+		client, cerr := kubernetes.NewForConfig(driverConfig(r.cluster.admin, opts.Profile))
+		r.client, err = client, errors.Join(err, cerr)
 	}
-	fleetCtx, stop := context.WithCancel(ctx)
-	s.stopFleet, s.fleetDone = stop, make(chan error, 1)
-	go func() { s.fleetDone <- s.fleet.Run(fleetCtx) }()
+	return r, err
+}
 
-	// As clusterloader2 does, the load starts once every node is Ready
-	// and untainted: before, the scheduler would crowd the first nodes.
-	if err := fleet.WaitForNodesSchedulable(ctx, s.client, s.fleet.NodeNames(), v.GetDuration("ready-timeout")); err != nil {
-		hint := fmt.Sprintf("see the control plane logs in %s", filepath.Join(out, "controlplane", "logs"))
-		if cl.cp == nil {
-			hint = fmt.Sprintf("see `kubectl --kubeconfig %s get nodes` and the cluster's own logs", cl.kubeconfig)
-		}
-		s.runErr = fmt.Errorf("fleet did not come up: %w; %s", err, hint)
-		return s, nil
+// scrape reads the control plane's metrics. A failed scrape is recorded in
+// the report, never fatal: the run's own measurements stand without it.
+func (r *profileRun) scrape(ctx context.Context) *reports.Metrics {
+	client, err := rest.HTTPClientFor(r.cluster.admin)
+	if err != nil {
+		r.scrapeErrs = append(r.scrapeErrs, err)
+		return nil
 	}
-	fmt.Fprintf(os.Stderr, "fleetlet: %d nodes Ready and schedulable after %v\n", len(s.fleet.NodeNames()), time.Since(s.started).Round(time.Millisecond))
-	return s, nil
+	m, err := reports.Scrape(ctx, client, r.cluster.metricsURLs...)
+	if err != nil {
+		r.scrapeErrs = append(r.scrapeErrs, err)
+	}
+	return m
 }
 
 // drive runs the profile's phases.
-func (s *session) drive(ctx context.Context) error {
-	d := &loadprofiles.Driver{Client: s.client, Recorder: s.collector, Progress: progressPrinter()}
-	return d.Run(ctx, s.profile)
-}
-
-// close stops the fleet, then the cluster.
-func (s *session) close() error {
-	var err error
-	if s.stopFleet != nil {
-		s.stopFleet()
-		err = <-s.fleetDone
-	}
-	if s.cleanup != nil {
-		s.cleanup()
-	}
-	if s.cluster != nil {
-		err = errors.Join(err, s.cluster.Stop())
-	}
-	return err
+func (r *profileRun) drive(ctx context.Context) error {
+	d := &loadprofiles.Driver{Client: r.client, Recorder: r.collector, Progress: progressPrinter()}
+	return d.Run(ctx, r.profile)
 }
 
 // driverConfig is the load driver's client: the admin credentials, with a
@@ -291,9 +252,9 @@ func driverConfig(admin *rest.Config, p *loadprofiles.Profile) *rest.Config {
 	return cfg
 }
 
-// report assembles what the session measured; metrics is the control
-// plane's metrics over the load (nil if it never ran).
-func (s *session) report(metrics *reports.Metrics) *reports.Report {
+// report assembles what the run measured; metrics is the control plane's
+// metrics over the load (nil if it never ran), runErr the run's failure.
+func (s *profileRun) report(metrics *reports.Metrics, runErr error) *reports.Report {
 	finished := time.Now()
 	rep := &reports.Report{
 		Profile:          s.profile.Name,
@@ -323,8 +284,8 @@ func (s *session) report(metrics *reports.Metrics) *reports.Report {
 		rep.Fleet.PeakRSSBytes = rss
 	}
 	rep.Fleet.CPUSeconds = cpuTime().Seconds()
-	if s.runErr != nil {
-		rep.Errors = append(rep.Errors, s.runErr.Error())
+	if runErr != nil {
+		rep.Errors = append(rep.Errors, runErr.Error())
 	}
 	return rep
 }

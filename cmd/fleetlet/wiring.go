@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,15 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/transport"
 	remote "k8s.io/cri-client/pkg"
-	"k8s.io/klog/v2"
 
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 
@@ -33,7 +29,6 @@ import (
 	"github.com/fleetlet/fleetlet/nodeagent/nodestatus"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/nodeagent/server"
-	"github.com/fleetlet/fleetlet/reports"
 )
 
 // CRI endpoint modes for emulated nodes.
@@ -281,69 +276,6 @@ func fakeLogs(rt *fakeruntime.Runtime) nodeagent.LogReader {
 			}
 		}
 	}
-}
-
-// newFleet builds the fleet of a profile on a cluster. With --debug-addr,
-// the fleet's metrics endpoint also serves the collectors given.
-func newFleet(ctx context.Context, v *viper.Viper, p *loadprofiles.Profile, cl *cluster, rec reports.Recorder, wrap transport.WrapperFunc, debugCollectors ...prometheus.Collector) (*fleet.Fleet, map[string]string, func(), error) {
-	pools, settings, err := fleetPools(p)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	newRuntime, cleanup, err := runtimeFactory(ctx, v.GetString("cri"), behaviour(p.Runtime))
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	firstIP, err := parseLoopback(v.GetString("first-ip"))
-	if err != nil {
-		cleanup()
-		return nil, nil, nil, err
-	}
-	var metrics *fleet.Metrics
-	if addr := v.GetString("debug-addr"); addr != "" {
-		lis, err := fleet.ListenDebug(addr)
-		if err != nil {
-			cleanup()
-			return nil, nil, nil, err
-		}
-		metrics = fleet.NewMetrics()
-		metrics.Registry.MustRegister(debugCollectors...)
-		debugCtx, stopDebug := context.WithCancel(ctx)
-		go func() {
-			if err := fleet.ServeDebug(debugCtx, lis, metrics); err != nil {
-				klog.FromContext(ctx).Error(err, "Debug endpoint failed")
-			}
-		}()
-		stopRuntimes := cleanup
-		cleanup = func() { stopDebug(); stopRuntimes() }
-	}
-	watchMode := cmp.Or(v.GetString("watch-mode"), p.WatchMode, fleet.WatchPerNode)
-	if watchMode != fleet.WatchPerNode {
-		settings["watch-mode"] = watchMode
-	}
-	f, err := fleet.New(fleet.Config{
-		WatchMode:          watchMode,
-		SharedClientConfig: cl.admin,
-		KubeletAPI:         &fleet.KubeletAPIConfig{Port: v.GetInt("kubelet-port"), ClientCAPEM: cl.clientCAPEM},
-		Pools:              pools,
-		NamePrefix:         v.GetString("node-prefix"),
-		FirstIP:            firstIP,
-		ClientConfig:       cl.nodeConfig,
-		NewRuntime:         newRuntime,
-		WrapTransport:      wrap,
-		Recorder:           rec,
-		StartJitter:        v.GetDuration("start-jitter"),
-		Seed:               v.GetUint64("seed"),
-		Metrics:            metrics,
-	})
-	if err != nil {
-		cleanup()
-		return nil, nil, nil, err
-	}
-	if mode := v.GetString("cri"); mode != criInProc {
-		settings["cri"] = mode
-	}
-	return f, settings, cleanup, nil
 }
 
 // checkFleetFlags rejects bad fleet flags before anything starts: a typo
