@@ -1,7 +1,6 @@
 package loadprofiles
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"math"
@@ -11,6 +10,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fleetlet/fleetlet/internal/delayqueue"
 )
 
 // churn runs a ChurnPhase: creates at c.QPS for c.Duration while a churner
@@ -98,16 +99,24 @@ func churnCount(qps float64, d time.Duration) int {
 
 // churner deletes a churn phase's pods when their time is up: Lifetime after
 // the watch saw them Running, or Timeout after their create if it has not.
-// One goroutine, reap, keeps every live pod's due time in a heap and waits on
-// one timer for the earliest, the way KWOK's lease controller serves every
-// node from one queue, rather than a goroutine and a timer per pod.
+// Each live pod's delete waits in one delaying queue for its deadline, and a
+// few workers send those that are due, the way KWOK's lease controller
+// serves every node from one queue, rather than a goroutine and a timer per
+// pod. One goroutine, reap, moves a deadline when the watch sees the pod
+// Running and tells when the phase is drained.
 //
 // It learns what the watch saw from the run's tracker, so there is one record
-// of each pod. Lock order: c.mu, then the tracker's.
+// of each pod. Lock order: c.mu, then the tracker's; the queue's workers
+// call send holding neither.
 type churner struct {
 	r                 *run
 	lifetime, timeout time.Duration
-	deleteLimit       int // concurrent delete calls, as maxInFlight at the creates' rate
+
+	// deletes holds each live pod until its deadline, and sends its delete
+	// on one of at most maxInFlight workers at the creates' rate, with ctx,
+	// reap's.
+	deletes *delayqueue.Queue[*churnPod]
+	ctx     context.Context
 
 	// wake (capacity 1) tells reap that a pod was added, a delete call
 	// returned or creating stopped; drained is closed by reap once creating
@@ -120,8 +129,8 @@ type churner struct {
 
 	mu           sync.Mutex
 	all          []types.UID             // every pod created, in the order the creates returned
-	queue        dueQueue                // pods not yet deleted, earliest due first
-	waiting      map[types.UID]*churnPod // queued pods not yet seen Running
+	live         map[types.UID]*churnPod // pods whose delete waits for its deadline
+	waiting      map[types.UID]*churnPod // live pods not yet seen Running
 	deleting     map[types.UID]bool      // delete sent and succeeded, not yet seen gone
 	deleteFailed map[types.UID]bool
 	inFlight     int // delete calls sent that have not returned
@@ -133,27 +142,33 @@ type churner struct {
 	neverRanNamed []string
 }
 
-// churnPod is one live pod of the phase. due is when it is to be deleted:
+// churnPod is one pod of the phase. due is when it is to be deleted:
 // createdAt + timeout until it is seen Running, then runningAt + lifetime.
+// It waits in the queue under its pointer, and the queue keeps the earlier
+// of two times for one item, so a pod may come due before its deadline, or
+// once it is no longer live; take sees to both.
 type churnPod struct {
 	ref     podRef
 	running bool
 	due     time.Time
-	index   int // in the queue, kept by dueQueue
 }
 
 func newChurner(r *run, lifetime, timeout time.Duration, qps float64) *churner {
-	return &churner{
+	c := &churner{
 		r:            r,
 		lifetime:     lifetime,
 		timeout:      timeout,
-		deleteLimit:  maxInFlight(qps),
 		wake:         make(chan struct{}, 1),
 		drained:      make(chan struct{}),
+		live:         map[types.UID]*churnPod{},
 		waiting:      map[types.UID]*churnPod{},
 		deleting:     map[types.UID]bool{},
 		deleteFailed: map[types.UID]bool{},
 	}
+	c.deletes = delayqueue.New(delayqueue.Config[*churnPod]{
+		Clock: r.clock, Workers: maxInFlight(qps), Serve: c.send,
+	})
+	return c
 }
 
 // notify wakes reap without blocking: one pending wake is enough, since reap
@@ -166,19 +181,26 @@ func (c *churner) notify() {
 }
 
 // add takes a pod whose create, sent at createdAt, succeeded. If the watch
-// has already seen it Running, reap's next step moves its deadline.
+// has already seen it Running, reap's next sync moves its deadline.
 func (c *churner) add(ref podRef, createdAt time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p := &churnPod{ref: ref, due: createdAt.Add(c.timeout)}
+	p := &churnPod{ref: ref}
 	c.all = append(c.all, ref.uid)
-	heap.Push(&c.queue, p)
+	c.live[ref.uid] = p
 	c.waiting[ref.uid] = p
+	c.dueLocked(p, createdAt.Add(c.timeout))
 	c.notify()
 }
 
-// stopCreating tells reap that no pod will be added: once the queue is empty
-// and every deleted pod gone, the phase is drained.
+// dueLocked sets p's deadline, replacing the one it had.
+func (c *churner) dueLocked(p *churnPod, at time.Time) {
+	p.due = at
+	c.deletes.AddAt(p, at)
+}
+
+// stopCreating tells reap that no pod will be added: once no delete waits
+// and every deleted pod is gone, the phase is drained.
 func (c *churner) stopCreating() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -186,23 +208,43 @@ func (c *churner) stopCreating() {
 	c.notify()
 }
 
-// deleted records the outcome of a delete call reap sent.
+// deleted records the outcome of a delete call.
 func (c *churner) deleted(uid types.UID, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.inFlight--
 	if ok {
-		c.deleting[uid] = true // NotFound too: the tracker has it gone, and step drops it
+		c.deleting[uid] = true // NotFound too: the tracker has it gone, and sync drops it
 	} else {
 		c.deleteFailed[uid] = true
 	}
 	c.notify()
 }
 
-// step brings the pods up to date with the watch, takes out those due at now
-// and reports when the next is due (zero if none) and whether the phase is
-// drained. The caller sends a delete for each pod it returns.
-func (c *churner) step(now time.Time) (due []*churnPod, next time.Time, drained bool) {
+// catchUpLocked brings a pod waiting to be seen Running up to date with
+// what the watch saw of it: its lifetime starts at its RunningObserved
+// stamp, so that DeleteIssued - RunningObserved is the lifetime asked for
+// (if it is gone already, its delete finds it NotFound); one removed by
+// someone else before it ran is not deleted, and counts as never run. It
+// reports whether p is still live.
+func (c *churner) catchUpLocked(p *churnPod, v podView) bool {
+	switch {
+	case v.running:
+		p.running = true
+		delete(c.waiting, p.ref.uid)
+		c.dueLocked(p, v.runningAt.Add(c.lifetime))
+	case v.gone: // its entry in the queue is dropped when due
+		delete(c.waiting, p.ref.uid)
+		delete(c.live, p.ref.uid)
+		c.addNeverRan(p.ref.uid)
+		return false
+	}
+	return true
+}
+
+// sync brings the pods up to date with the watch and reports whether the
+// phase is drained.
+func (c *churner) sync() (drained bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 
@@ -216,41 +258,54 @@ func (c *churner) step(now time.Time) (due []*churnPod, next time.Time, drained 
 	for i, v := range c.r.pods.views(uids) {
 		uid := uids[i]
 		if p, ok := c.waiting[uid]; ok {
-			switch {
-			case v.running:
-				// Its lifetime starts at its RunningObserved stamp, so that
-				// DeleteIssued - RunningObserved is the lifetime asked for.
-				// If it is gone already, its delete finds it NotFound.
-				p.running, p.due = true, v.runningAt.Add(c.lifetime)
-				heap.Fix(&c.queue, p.index)
-				delete(c.waiting, uid)
-			case v.gone: // removed by someone else before it ran
-				heap.Remove(&c.queue, p.index)
-				delete(c.waiting, uid)
-				c.addNeverRan(uid)
-			}
+			c.catchUpLocked(p, v)
 			continue
 		}
 		if v.gone {
 			delete(c.deleting, uid)
 		}
 	}
+	return c.creatingDone && len(c.live) == 0 && c.inFlight == 0 && len(c.deleting) == 0
+}
 
-	for c.queue.Len() > 0 && !c.queue[0].due.After(now) {
-		p := heap.Pop(&c.queue).(*churnPod)
-		if !p.running {
-			delete(c.waiting, p.ref.uid)
-			c.addNeverRan(p.ref.uid)
+// take decides what to do with a pod that came due at now: it returns the
+// pod to delete, or false if the pod is no longer live, or its deadline has
+// not come (it moved later, or the watch has seen it Running since reap last
+// looked: it waits again), or the watch has seen it gone.
+func (c *churner) take(p *churnPod, now time.Time) (podRef, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.live[p.ref.uid] != p {
+		return podRef{}, false
+	}
+	if !p.running {
+		v := c.r.pods.views([]types.UID{p.ref.uid})[0]
+		if !c.catchUpLocked(p, v) {
+			c.notify()
+			return podRef{}, false
 		}
-		c.inFlight++
-		c.deletesSent++
-		due = append(due, p)
 	}
-	if c.queue.Len() > 0 {
-		next = c.queue[0].due
+	if p.due.After(now) {
+		c.deletes.AddAt(p, p.due)
+		return podRef{}, false
 	}
-	drained = c.creatingDone && c.queue.Len() == 0 && c.inFlight == 0 && len(c.deleting) == 0
-	return due, next, drained
+	if !p.running {
+		delete(c.waiting, p.ref.uid)
+		c.addNeverRan(p.ref.uid)
+	}
+	delete(c.live, p.ref.uid)
+	c.inFlight++
+	c.deletesSent++
+	return p.ref, true
+}
+
+// send is a queue worker's handling of a pod that came due.
+func (c *churner) send(p *churnPod) {
+	ref, ok := c.take(p, c.r.clock.Now())
+	if !ok {
+		return
+	}
+	c.deleted(ref.uid, c.r.deletePod(c.ctx, ref, &c.deleteFailures))
 }
 
 // addNeverRan counts a pod that was not seen Running by its deadline and
@@ -262,65 +317,30 @@ func (c *churner) addNeverRan(uid types.UID) {
 	}
 }
 
-// reap sends each pod's delete when it is due, until the phase is drained,
-// stop is closed or ctx ends, and returns once its delete calls have.
+// reap lets the deletes go when due and follows the watch until the phase is
+// drained, stop is closed or ctx ends, and returns once the delete calls in
+// flight have; no delete is sent after.
 func (c *churner) reap(ctx context.Context, stop <-chan struct{}) {
-	var g errgroup.Group
-	g.SetLimit(c.deleteLimit)
-	defer func() { _ = g.Wait() }() // the goroutines return nil
+	c.ctx = ctx
+	c.deletes.Start()
+	defer c.deletes.Stop()
 	for {
-		// Taken before step looks at the tracker, so that a change in
+		// Taken before sync looks at the tracker, so that a change in
 		// between wakes the select below at once.
 		changed := c.r.pods.changes()
-		due, next, drained := c.step(c.r.clock.Now())
-		for _, p := range due {
-			// Blocks while deleteLimit calls are out; they finish without
-			// reap, which they only wake.
-			g.Go(func() error {
-				c.deleted(p.ref.uid, c.r.deletePod(ctx, p.ref, &c.deleteFailures))
-				return nil
-			})
-		}
-		if drained {
+		if c.sync() {
 			close(c.drained)
 			return
 		}
-		if !c.wait(ctx, stop, changed, next) {
+		select {
+		case <-changed:
+		case <-c.wake:
+		case <-stop:
+			return
+		case <-ctx.Done():
 			return
 		}
 	}
-}
-
-// wait blocks until the tracker changes, reap is woken, or next (if not
-// zero) comes; false when stop is closed or ctx ends. It takes a fresh timer
-// each time because the earliest due time moves with every pod seen Running.
-func (c *churner) wait(ctx context.Context, stop <-chan struct{}, changed <-chan struct{}, next time.Time) bool {
-	var fire <-chan time.Time
-	if !next.IsZero() {
-		timer := timerAt(c.r.clock, next)
-		if timer == nil { // due already, unless the phase is over
-			select {
-			case <-stop:
-				return false
-			case <-ctx.Done():
-				return false
-			default:
-				return true
-			}
-		}
-		defer timer.Stop()
-		fire = timer.C()
-	}
-	select {
-	case <-fire:
-	case <-changed:
-	case <-c.wake:
-	case <-stop:
-		return false
-	case <-ctx.Done():
-		return false
-	}
-	return true
 }
 
 // problems describes what went wrong once reap has stopped: pods that never
@@ -389,30 +409,3 @@ func (e lineErrors) Error() string {
 }
 
 func (e lineErrors) Unwrap() []error { return e }
-
-// dueQueue is a min-heap of pods by due time, for container/heap.
-type dueQueue []*churnPod
-
-func (q dueQueue) Len() int { return len(q) }
-
-func (q dueQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
-
-func (q dueQueue) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].index, q[j].index = i, j
-}
-
-func (q *dueQueue) Push(x any) {
-	p := x.(*churnPod)
-	p.index = len(*q)
-	*q = append(*q, p)
-}
-
-func (q *dueQueue) Pop() any {
-	old := *q
-	p := old[len(old)-1]
-	old[len(old)-1] = nil
-	*q = old[:len(old)-1]
-	p.index = -1
-	return p
-}

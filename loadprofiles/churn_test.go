@@ -309,29 +309,21 @@ func marks(t *testing.T, api *fakeAPI, rec *recorder, name string) map[reports.M
 	return ms
 }
 
-// TestChurnerStep walks the churner's decisions without goroutines: deadlines
-// from the create until the pod is seen Running, from then on lifetime after
-// it, and drained only once creating stopped and every deleted pod is gone.
-func TestChurnerStep(t *testing.T) {
+// TestChurnerDecisions walks the churner's decisions without its goroutines,
+// playing the queue's part by hand: deadlines from the create until the pod
+// is seen Running, from then on lifetime after it, a pod that comes due
+// early waiting again, and drained only once creating stopped and every
+// deleted pod is gone.
+func TestChurnerDecisions(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	r := &run{pods: newTracker(), clock: testingclock.NewFakeClock(t0)}
 	c := newChurner(r, 10*time.Second, time.Minute, 1)
+	defer c.deletes.Stop()
+	sec := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
 	add := func(name string, at time.Time) {
 		uid := types.UID(name)
 		r.pods.created(uid, "ns/"+name)
 		c.add(podRef{uid: uid, namespace: "ns", name: name}, at)
-	}
-	check := func(now time.Time, wantDue []string, wantNext time.Time, wantDrained bool) {
-		t.Helper()
-		due, next, drained := c.step(now)
-		var names []string
-		for _, p := range due {
-			names = append(names, p.ref.name)
-		}
-		if fmt.Sprint(names) != fmt.Sprint(wantDue) || !next.Equal(wantNext) || drained != wantDrained {
-			t.Errorf("step(+%v) = %v, next +%v, drained %v; want %v, next +%v, drained %v",
-				now.Sub(t0), names, next.Sub(t0), drained, wantDue, wantNext.Sub(t0), wantDrained)
-		}
 	}
 	running := func(name string, at time.Time) {
 		r.pods.observe(&corev1.Pod{
@@ -340,29 +332,91 @@ func TestChurnerStep(t *testing.T) {
 			Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 		}, at)
 	}
-	sec := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
+	// deadlines are the live pods' deadlines, "name@+seconds", by name.
+	deadlines := func() string {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		var ds []string
+		for uid, p := range c.live {
+			ds = append(ds, fmt.Sprintf("%s@+%v", uid, p.due.Sub(t0).Seconds()))
+		}
+		sort.Strings(ds)
+		return fmt.Sprint(ds)
+	}
+	// fire hands take every live pod due at now, as the queue would, and
+	// returns the pods it says to delete.
+	fire := func(now time.Time) string {
+		c.mu.Lock()
+		var due []*churnPod
+		for _, p := range c.live {
+			if !p.due.After(now) {
+				due = append(due, p)
+			}
+		}
+		c.mu.Unlock()
+		var names []string
+		for _, p := range due {
+			if ref, ok := c.take(p, now); ok {
+				names = append(names, ref.name)
+			}
+		}
+		sort.Strings(names)
+		return fmt.Sprint(names)
+	}
+	// early hands take a pod before its deadline, as the queue does when a
+	// deadline moved later: it waits again.
+	early := func(name string, now time.Time) {
+		t.Helper()
+		c.mu.Lock()
+		p := c.live[types.UID(name)]
+		c.mu.Unlock()
+		if _, ok := c.take(p, now); ok {
+			t.Errorf("%s deleted at +%v, before its deadline", name, now.Sub(t0).Seconds())
+		}
+	}
+	check := func(what, got, want string) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s = %s, want %s", what, got, want)
+		}
+	}
 
 	add("a", sec(0))
 	add("b", sec(1))
-	check(sec(0), nil, sec(60), false) // a's deadline to run
+	check("drained", fmt.Sprint(c.sync()), "false")
+	check("deadlines", deadlines(), "[a@+60 b@+61]") // to run
 	running("a", sec(5))
-	check(sec(5), nil, sec(15), false) // a's lifetime now
-	running("c", sec(6))               // seen by the watch before its create returned
+	c.sync()
+	check("deadlines once a ran", deadlines(), "[a@+15 b@+61]") // a's lifetime now
+	// c is seen by the watch before its create returns.
+	running("c", sec(6))
 	add("c", sec(2))
-	check(sec(6), nil, sec(15), false)
-	check(sec(15), []string{"a"}, sec(16), false)
-	check(sec(16), []string{"c"}, sec(61), false)
-	check(sec(61), []string{"b"}, time.Time{}, false) // b never ran
+	c.sync()
+	check("deadlines once c ran", deadlines(), "[a@+15 b@+61 c@+16]")
+	early("a", sec(14))
+	check("deleted at +15", fire(sec(15)), "[a]")
+	check("deleted at +16", fire(sec(16)), "[c]")
+	check("deleted at +61", fire(sec(61)), "[b]") // b never ran
+	// d is seen Running just as its deadline to run comes, before reap
+	// looks: its deadline moves, it is not deleted as one that never ran.
+	add("d", sec(17))
+	running("d", sec(77))
+	check("deleted at +77", fire(sec(77)), "[]")
+	check("deadlines", deadlines(), "[d@+87]")
+	check("deleted at +87", fire(sec(87)), "[d]")
 	c.deleted("a", true)
 	c.deleted("b", false)
 	c.deleted("c", true)
+	c.deleted("d", true)
 	c.stopCreating()
-	check(sec(61), nil, time.Time{}, false) // a and c not gone yet
+	check("drained with a, c and d not gone", fmt.Sprint(c.sync()), "false")
 	r.pods.observeGone("a")
 	r.pods.observeGone("c")
-	check(sec(62), nil, time.Time{}, true)
+	r.pods.observeGone("d")
+	check("drained", fmt.Sprint(c.sync()), "true")
+	check("deletes sent", fmt.Sprint(c.deletesSent), "4")
 
-	want := "1 of 3 pods not Running within 1m0s of their create, deleted then: ns/b (not seen by the watch)"
+	want := "1 of 4 pods not Running within 1m0s of their create, deleted then: ns/b (not seen by the watch)"
 	if errs := c.problems(false, 0); len(errs) != 2 || errs[0] == nil || errs[0].Error() != want || errs[1] != nil {
 		t.Errorf("problems = %v, want [%s <nil>]", errs, want)
 	}

@@ -31,10 +31,56 @@ type podRecord struct {
 	runningAt time.Time // when the watch first saw it Running: its RunningObserved stamp
 }
 
+// tally is the tracker's counts, or what one pod adds to them. The created,
+// scheduled, running and gone counts cover only pods whose create call
+// returned, so that "N of M" talks about pods the run knows it made; the
+// deleting counts cover every pod the run deleted.
+type tally struct {
+	created, scheduled, running, gone int
+	deleting, deletingGone            int
+}
+
+// counts is what one pod's record adds to the tally.
+func counts(r podRecord) tally {
+	var c tally
+	if r.created {
+		c.created = 1
+		c.scheduled = one(r.scheduled)
+		c.running = one(r.running)
+		c.gone = one(r.gone)
+	}
+	if r.deleting {
+		c.deleting = 1
+		c.deletingGone = one(r.gone)
+	}
+	return c
+}
+
+func one(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (c tally) plus(d tally) tally {
+	return tally{
+		created: c.created + d.created, scheduled: c.scheduled + d.scheduled,
+		running: c.running + d.running, gone: c.gone + d.gone,
+		deleting: c.deleting + d.deleting, deletingGone: c.deletingGone + d.deletingGone,
+	}
+}
+
+func (c tally) minus(d tally) tally {
+	return c.plus(tally{
+		created: -d.created, scheduled: -d.scheduled, running: -d.running, gone: -d.gone,
+		deleting: -d.deleting, deletingGone: -d.deletingGone,
+	})
+}
+
 // tracker holds the run's pods and counts, and wakes waiters when a count
-// changes. The created, scheduled, running and gone counts cover only pods
-// whose create call returned, so that "N of M" talks about pods the run knows
-// it made; the deleting counts cover every pod the run deleted.
+// changes. Every change of a record goes through update, which keeps the
+// counts the sum of counts over the records.
 type tracker struct {
 	mu   sync.Mutex
 	pods map[types.UID]*podRecord
@@ -47,8 +93,7 @@ type tracker struct {
 	phase  string // current phase, for Progress
 	target int    // what the current phase is working towards, for Progress
 
-	nCreated, nScheduled, nRunning, nGone int
-	nDeleting, nDeletingGone              int
+	n tally
 
 	// changed is closed, and replaced, whenever a count changes: waiters
 	// block on it instead of polling.
@@ -74,6 +119,23 @@ func (t *tracker) record(uid types.UID, key string) *podRecord {
 	return r
 }
 
+// update applies mutate to uid's record (made on first sight; key, when
+// known, names the pod) and keeps the counts: it takes out what the record
+// counted before and adds what it counts after, and wakes the waiters if
+// that changed a count. It returns the record before and after. The caller
+// holds t.mu.
+func (t *tracker) update(uid types.UID, key string, mutate func(*podRecord)) (before, after podRecord) {
+	r := t.record(uid, key)
+	before = *r
+	mutate(r)
+	after = *r
+	if old, now := counts(before), counts(after); old != now {
+		t.n = t.n.minus(old).plus(now)
+		t.signal()
+	}
+	return before, after
+}
+
 // signal wakes every waiter; the caller holds t.mu.
 func (t *tracker) signal() {
 	close(t.changed)
@@ -85,27 +147,18 @@ func (t *tracker) signal() {
 func (t *tracker) observe(pod *corev1.Pod, now time.Time) (scheduled, running bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r := t.record(pod.UID, pod.Namespace+"/"+pod.Name)
-	r.seen = true
-	r.phase, r.nodeName = pod.Status.Phase, pod.Spec.NodeName
-	r.terminating = pod.DeletionTimestamp != nil
-	if pod.Spec.NodeName != "" && !r.scheduled {
-		r.scheduled, scheduled = true, true
-		if r.created {
-			t.nScheduled++
+	before, after := t.update(pod.UID, pod.Namespace+"/"+pod.Name, func(r *podRecord) {
+		r.seen = true
+		r.phase, r.nodeName = pod.Status.Phase, pod.Spec.NodeName
+		r.terminating = pod.DeletionTimestamp != nil
+		if pod.Spec.NodeName != "" {
+			r.scheduled = true
 		}
-	}
-	if pod.Status.Phase == corev1.PodRunning && !r.running {
-		r.running, running = true, true
-		r.runningAt = now
-		if r.created {
-			t.nRunning++
+		if pod.Status.Phase == corev1.PodRunning && !r.running {
+			r.running, r.runningAt = true, now
 		}
-	}
-	if (scheduled || running) && r.created {
-		t.signal()
-	}
-	return scheduled, running
+	})
+	return after.scheduled && !before.scheduled, after.running && !before.running
 }
 
 // observeGone takes a pod removal the watch delivered and reports whether it
@@ -113,48 +166,15 @@ func (t *tracker) observe(pod *corev1.Pod, now time.Time) (scheduled, running bo
 func (t *tracker) observeGone(uid types.UID) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r := t.record(uid, "")
-	r.seen = true
-	first := !r.gone
-	t.setGone(r)
-	return first
-}
-
-// setGone marks r gone and keeps the counts; the caller holds t.mu.
-func (t *tracker) setGone(r *podRecord) {
-	if r.gone {
-		return
-	}
-	r.gone = true
-	if r.created {
-		t.nGone++
-	}
-	if r.deleting {
-		t.nDeletingGone++
-	}
-	t.signal()
+	before, _ := t.update(uid, "", func(r *podRecord) { r.seen, r.gone = true, true })
+	return !before.gone
 }
 
 // created records a pod whose create call returned.
 func (t *tracker) created(uid types.UID, key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r := t.record(uid, key)
-	if r.created {
-		return
-	}
-	r.created = true
-	t.nCreated++
-	if r.scheduled {
-		t.nScheduled++
-	}
-	if r.running {
-		t.nRunning++
-	}
-	if r.gone {
-		t.nGone++
-	}
-	t.signal()
+	t.update(uid, key, func(r *podRecord) { r.created = true })
 }
 
 // deleting records a pod whose delete call returned; notFound says the API
@@ -162,18 +182,12 @@ func (t *tracker) created(uid types.UID, key string) {
 func (t *tracker) deleting(uid types.UID, notFound bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r := t.record(uid, "")
-	if !r.deleting {
+	t.update(uid, "", func(r *podRecord) {
 		r.deleting = true
-		t.nDeleting++
-		if r.gone {
-			t.nDeletingGone++
+		if notFound {
+			r.gone = true
 		}
-		t.signal()
-	}
-	if notFound {
-		t.setGone(r)
-	}
+	})
 }
 
 // podRef names a pod for an API call.
@@ -208,7 +222,7 @@ func (t *tracker) setPhase(name string, target int) {
 func (t *tracker) deletingCount() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.nDeleting
+	return t.n.deleting
 }
 
 func (t *tracker) progress() Progress {
@@ -216,10 +230,10 @@ func (t *tracker) progress() Progress {
 	defer t.mu.Unlock()
 	return Progress{
 		Phase:     t.phase,
-		Created:   t.nCreated,
-		Scheduled: t.nScheduled,
-		Running:   t.nRunning,
-		Gone:      t.nGone,
+		Created:   t.n.created,
+		Scheduled: t.n.scheduled,
+		Running:   t.n.running,
+		Gone:      t.n.gone,
 		Target:    t.target,
 	}
 }
@@ -290,10 +304,10 @@ func (t *tracker) wait(ctx context.Context, timeout <-chan time.Time, done func(
 }
 
 // allRunning is a wait condition: every created pod observed Running.
-func (t *tracker) allRunning() bool { return t.nRunning == t.nCreated }
+func (t *tracker) allRunning() bool { return t.n.running == t.n.created }
 
 // allGone is a wait condition: every deleted pod observed gone.
-func (t *tracker) allGone() bool { return t.nDeletingGone == t.nDeleting }
+func (t *tracker) allGone() bool { return t.n.deletingGone == t.n.deleting }
 
 // straggleLimit is how many unfinished pods a timeout error names.
 const straggleLimit = 3

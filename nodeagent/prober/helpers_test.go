@@ -155,17 +155,25 @@ func newHarness(t *testing.T, workers int) *harness {
 	return h
 }
 
-// quiescent reports whether nothing will happen until the clock moves: no
-// probe due, queued or running, every update delivered, and the dispatcher's
-// timer set for the earliest worker. Stepping the clock only then keeps the
-// tests deterministic.
+// quiescent reports whether nothing will happen until the clock moves: the
+// manager has started, no probe is due, ready or running, and every update
+// is delivered. Stepping the clock only then keeps the tests deterministic;
+// the queue's timers are exact even if its waiting loop has not yet taken
+// the last runs scheduled.
 func (m *Manager) quiescent(now time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.ready) > 0 || m.active > 0 || len(m.pending) > 0 {
+	if m.ctx == nil || len(m.pending) > 0 || m.delivering || !m.queue.q.Idle() {
 		return false
 	}
-	return len(m.queue) == 0 || (m.queue[0].next.After(now) && m.queue[0].next.Equal(m.armed))
+	for _, pe := range m.pods {
+		for _, w := range pe.workers {
+			if w.state == running || (w.state == scheduled && !w.next.After(now)) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (h *harness) settle() {

@@ -1,10 +1,10 @@
 package prober
 
 import (
+	"context"
 	"math/rand/v2"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,26 +13,33 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// DefaultWorkers is how many probes of one node run at once by default.
+// DefaultWorkers is how many probes of one node (or of a Queue's nodes) run
+// at once by default.
 // Emulated probes answer at once, so a few goroutines keep up with thousands
 // of containers; a physical node whose probes take real time should size
 // Workers to about (probes × typical duration / period).
 const DefaultWorkers = 4
 
-// updatesBuffer lets the dispatcher hand over a burst of changes without
+// updatesBuffer lets the manager hand over a burst of changes without
 // waiting for the agent at each one.
 const updatesBuffer = 16
 
 // Config wires a Manager.
 type Config struct {
-	// Clock drives probe schedules and timeouts; nil means the real clock.
-	Clock clock.WithDelayedExecution
+	// Clock drives probe schedules and timeouts; nil means Queue's clock,
+	// or the real clock.
+	Clock clock.WithTickerAndDelayedExecution
 	// Runner runs the probes; required.
 	Runner Runner
 	// Events receives the Unhealthy and ProbeWarning events, with the
 	// kubelet's reasons and messages; nil records none.
 	Events record.EventRecorder
-	// Workers bounds the probes that run at once; 0 means DefaultWorkers.
+	// Queue times and runs the probes, shared with other Managers (a
+	// fleet's); it must run on the same clock. Nil means a Queue of the
+	// Manager's own, with Workers, started and stopped with it.
+	Queue *Queue
+	// Workers bounds the probes that run at once on the Manager's own
+	// Queue; 0 means DefaultWorkers. A shared Queue has its own bound.
 	Workers int
 	// Seed makes the restart jitter of first probes replayable.
 	Seed uint64
@@ -53,35 +60,35 @@ type podEntry struct {
 }
 
 // Manager runs the probes of one node's containers. Its methods are safe for
-// concurrent use. Probes run only while Run runs.
+// concurrent use. Probes run only between Start (or Run) and the end of its
+// context.
 type Manager struct {
-	clock   clock.WithDelayedExecution
+	clock   clock.WithTickerAndDelayedExecution
 	runner  Runner
 	events  record.EventRecorder
+	shared  *Queue
 	workers int
 	start   time.Time
+	updates chan Update
+	// wg counts the probes in flight and the goroutine delivering updates.
+	wg   sync.WaitGroup
+	done chan struct{} // closed once stopped
 
-	// kick wakes the dispatcher: a worker was scheduled, an update is
-	// pending, or the timer fired.
-	kick       chan struct{}
-	timerFired atomic.Bool
-	wakeFn     func()
-	updates    chan Update
-	wg         sync.WaitGroup
-
-	// mu guards everything below. Invariant: no clock callback takes mu
-	// (they only touch kick and timerFired), so mu may be held while calling
-	// the clock, and a FakeClock's Step never waits for it.
+	// mu guards everything below. Invariant: no clock callback takes mu,
+	// nor does the queue but in serve, on its workers, so mu may be held
+	// while calling the clock or adding to the queue, and a FakeClock's Step
+	// never waits for it.
 	mu         sync.Mutex
+	ctx        context.Context // Start's; nil before
+	queue      *Queue          // set by Start
+	stopped    bool            // Start's context ended
+	backlog    []*worker       // scheduled before Start
+	delivering bool            // deliver runs
 	rng        *rand.Rand
 	pods       map[types.UID]*podEntry
 	containers map[string]*[numKinds]*worker
 	results    [numKinds]map[string]Result
-	queue      timeHeap
-	ready      []*worker
-	active     int // pool goroutines alive
 	pending    []Update
-	armed      time.Time // the heap head the dispatcher's timer is set for
 }
 
 // NewManager returns a Manager for cfg. It panics without a Runner, a
@@ -92,6 +99,9 @@ func NewManager(cfg Config) *Manager {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+		if cfg.Queue != nil {
+			cfg.Clock = cfg.Queue.clock
+		}
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
@@ -100,10 +110,11 @@ func NewManager(cfg Config) *Manager {
 		clock:      cfg.Clock,
 		runner:     cfg.Runner,
 		events:     cfg.Events,
+		shared:     cfg.Queue,
 		workers:    cfg.Workers,
 		start:      cfg.Clock.Now(),
-		kick:       make(chan struct{}, 1),
 		updates:    make(chan Update, updatesBuffer),
+		done:       make(chan struct{}),
 		rng:        rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		pods:       map[types.UID]*podEntry{},
 		containers: map[string]*[numKinds]*worker{},
@@ -111,13 +122,13 @@ func NewManager(cfg Config) *Manager {
 	for k := range m.results {
 		m.results[k] = map[string]Result{}
 	}
-	m.wakeFn = m.wake
 	return m
 }
 
-// Updates delivers every change of a cached result, in order, while Run
-// runs. The agent syncs the pod on each: a readiness change changes its
-// status; an update whose KillsContainer is true means kill and restart.
+// Updates delivers every change of a cached result, in order, from Start
+// until its context ends. The agent syncs the pod on each: a readiness
+// change changes its status; an update whose KillsContainer is true means
+// kill and restart.
 func (m *Manager) Updates() <-chan Update { return m.updates }
 
 // ContainerStarted starts probing a running container: one worker for each
@@ -163,8 +174,8 @@ func (m *Manager) ContainerStarted(pod *corev1.Pod, containerName, containerID s
 			m.retireLocked(old)
 		}
 		w := &worker{
-			kind: k, pod: pod, container: c, containerID: containerID,
-			probe: p, params: paramsOf(p), index: -1,
+			m: m, kind: k, pod: pod, container: c, containerID: containerID,
+			probe: p, params: paramsOf(p),
 		}
 		if p.Exec != nil {
 			w.command = expandCommand(p.Exec.Command, c.Env)
@@ -210,7 +221,8 @@ func (m *Manager) ContainerStopped(containerID string) {
 		if w == nil {
 			continue
 		}
-		m.unscheduleLocked(w)
+		// Not scheduled any more: its entry in the queue is dropped when
+		// due.
 		if w.state != retired {
 			w.state = idle
 		}
@@ -326,12 +338,12 @@ func (m *Manager) setLocked(w *worker, r Result) {
 		ContainerID: w.containerID, ContainerName: w.container.Name,
 		PodUID: w.pod.UID, Kind: w.kind, Result: r,
 	})
-	signal(m.kick)
+	m.flushLocked()
 }
 
-// retireLocked stops a worker for good and forgets its result.
+// retireLocked stops a worker for good and forgets its result. Its entry
+// in the queue, if any, is dropped when due.
 func (m *Manager) retireLocked(w *worker) {
-	m.unscheduleLocked(w)
 	w.state = retired
 	delete(m.results[w.kind], w.containerID)
 	if ws := m.containers[w.containerID]; ws != nil && ws[w.kind] == w {
@@ -371,11 +383,4 @@ func previousStatus(pod *corev1.Pod, name, id string) *corev1.ContainerStatus {
 		}
 	}
 	return nil
-}
-
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
 }

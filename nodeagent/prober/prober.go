@@ -4,11 +4,13 @@
 // changes.
 //
 // Each (pod, container, probe kind) has a worker: its counters, thresholds
-// and next run time. Workers do not own goroutines. A node's workers wait in
-// one min-heap of next-run times that a single dispatcher (Manager.Run)
-// serves with a small pool of goroutines, because thousands of nodes ×
-// pods × probes, one goroutine each as in the kubelet, would cost more than
-// the agents themselves. Time is the injected clock's, so tests drive it.
+// and next run time. Workers do not own goroutines, because thousands of
+// nodes × pods × probes, one goroutine each as in the kubelet, would cost
+// more than the agents themselves. Their next runs wait in a Queue, one
+// client-go delaying queue served by a few goroutines, as KWOK's node lease
+// controller serves every node's lease; a fleet gives all its nodes' Managers
+// one Queue, so that probing costs the fleet a few goroutines and a node
+// none. Time is the injected clock's, so tests drive it.
 //
 // Probes run through a Runner. ExecViaCRI runs exec probes with CRI ExecSync;
 // HTTPRunner runs httpGet, tcpSocket and grpc probes over the network, as a

@@ -12,9 +12,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
-// TestThousandWorkersBoundedGoroutines is the reason for the scheduler: the
+// TestThousandWorkersBoundedGoroutines is the reason for the queue: the
 // kubelet would run 1,000 goroutines for 1,000 probe workers; here every one
-// of them is due at once and still only the pool runs.
+// of them is due at once and still only the queue's workers run.
 func TestThousandWorkersBoundedGoroutines(t *testing.T) {
 	const (
 		workers    = 8
@@ -53,7 +53,8 @@ func TestThousandWorkersBoundedGoroutines(t *testing.T) {
 	if h.runner.maxRunning > workers {
 		t.Errorf("%d probes ran at once, want at most %d", h.runner.maxRunning, workers)
 	}
-	// Idle again: the pool's goroutines are gone, only Run's is left.
+	// Idle again: the queue's workers are gone, only Run's and the queue's
+	// waiting loop are left.
 	waitFor(t, "the pool goroutines end", func() bool { return runtime.NumGoroutine() <= base })
 	h.step(10 * time.Second)
 	if n := h.runner.total(); n != 2*probeCount {
@@ -74,7 +75,7 @@ func (c *countingRunner) Network(context.Context, Kind, *corev1.Pod, *corev1.Con
 }
 
 // BenchmarkScheduling runs rounds of probes of many workers on one node's
-// scheduler: one op is one period in which every worker probes once.
+// queue: one op is one period in which every worker probes once.
 func BenchmarkScheduling(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
@@ -107,13 +108,15 @@ func BenchmarkScheduling(b *testing.B) {
 				}
 			}
 			want := int64(n)
-			spinUntil(func() bool { return r.n.Load() == want && m.quiescent(clk.Now()) })
+			spinUntil(func() bool { return r.n.Load() == want })
+			spinUntil(func() bool { return m.quiescent(clk.Now()) })
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
 				want += int64(n)
 				clk.Step(time.Second)
-				spinUntil(func() bool { return r.n.Load() == want && m.quiescent(clk.Now()) })
+				spinUntil(func() bool { return r.n.Load() == want })
+				spinUntil(func() bool { return m.quiescent(clk.Now()) })
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/probe")

@@ -1,7 +1,6 @@
 package prober
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 )
 
 // maxRetries is how often a probe that errors (could not run) is tried at
@@ -18,52 +16,29 @@ const maxRetries = 3
 
 // timeoutGrace is how long past a probe's timeout the manager cancels the
 // runner's context. Runners enforce the timeout themselves and answer first,
-// with the kubelet's messages; the manager's deadline only frees a pool
-// goroutine from a runner that hangs.
+// with the kubelet's messages; the manager's deadline only frees a queue
+// worker from a runner that hangs.
 const timeoutGrace = time.Second
 
 // errHung is the cause of the manager's cancellation of a hung runner.
 var errHung = errors.New("probe runner did not return in time")
 
-// timeHeap orders scheduled workers by next run time.
-type timeHeap []*worker
-
-func (h timeHeap) Len() int           { return len(h) }
-func (h timeHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
-func (h timeHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *timeHeap) Push(x any) {
-	w := x.(*worker)
-	w.index = len(*h)
-	*h = append(*h, w)
-}
-func (h *timeHeap) Pop() any {
-	old := *h
-	n := len(old) - 1
-	w := old[n]
-	old[n] = nil
-	w.index = -1
-	*h = old[:n]
-	return w
-}
-
-// scheduleLocked puts an idle or finishing worker in the heap at at.
+// scheduleLocked makes w's next run at at. Before Start the worker waits in
+// the backlog, which Start hands to the queue; after the Manager stopped it
+// is not queued.
+//
+// A worker is queued under its own pointer, and the queue keeps the earlier
+// of two times for one item, so a worker may come due more often than it
+// is scheduled; serve runs it only when it is scheduled and due.
 func (m *Manager) scheduleLocked(w *worker, at time.Time) {
 	w.next = at
 	w.state = scheduled
-	heap.Push(&m.queue, w)
-	if m.queue[0] == w {
-		signal(m.kick)
-	}
-}
-
-// unscheduleLocked takes a worker out of the heap; a queued worker's entry
-// in the ready list is skipped by the state check when it is taken.
-func (m *Manager) unscheduleLocked(w *worker) {
-	if w.index >= 0 {
-		heap.Remove(&m.queue, w.index)
+	switch {
+	case m.stopped:
+	case m.queue == nil:
+		m.backlog = append(m.backlog, w)
+	default:
+		m.queue.q.AddAt(w, at)
 	}
 }
 
@@ -74,102 +49,146 @@ func (m *Manager) triggerLocked(w *worker, now time.Time) {
 	switch w.state {
 	case scheduled:
 		if w.next.After(now) {
-			w.next = now
-			heap.Fix(&m.queue, w.index)
-			signal(m.kick)
+			m.scheduleLocked(w, now)
 		}
 	case running:
 		w.trigger = true
 	}
 }
 
-func (m *Manager) wake() {
-	m.timerFired.Store(true)
-	signal(m.kick)
-}
-
-// Run dispatches due probes to the pool and delivers Updates until ctx ends,
-// then waits for the probes in flight. Call it once.
-func (m *Manager) Run(ctx context.Context) {
-	var timer clock.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
+// Start starts probing: the probes scheduled so far, and every one from
+// now on, run when due until ctx ends; Wait then returns once the probes in
+// flight have. Updates are delivered from now on. Call it once. Of its own,
+// the Manager takes no goroutine: its probes run on its Queue's workers, and
+// an Update that does not fit the channel's buffer waits on a goroutine that
+// lives until the agent takes it.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ctx != nil {
+		return errors.New("prober: Manager.Start called twice; start a node's probe manager once")
+	}
+	q, own := m.shared, m.shared == nil
+	if own {
+		q = NewQueue(QueueConfig{Clock: m.clock, Workers: m.workers})
+		q.q.Start()
+	}
+	m.ctx, m.queue = ctx, q
+	for _, w := range m.backlog {
+		if w.state == scheduled {
+			q.q.AddAt(w, w.next)
 		}
-		m.wg.Wait()
-	}()
-	for {
-		now := m.clock.Now()
+	}
+	m.backlog = nil
+	m.flushLocked()
+	context.AfterFunc(ctx, func() {
 		m.mu.Lock()
-		m.dispatchLocked(ctx, now)
-		m.deliverLocked()
-		if m.timerFired.Swap(false) {
-			// The timer is spent: whatever armed says, set a new one.
-			m.armed = time.Time{}
-		}
-		var head time.Time
-		if len(m.queue) > 0 {
-			head = m.queue[0].next
-		}
-		var out chan<- Update
-		var next Update
-		if len(m.pending) > 0 {
-			out, next = m.updates, m.pending[0]
-		}
-		if !head.IsZero() && !head.Equal(m.armed) {
-			// One timer for the node, set for the earliest worker. A clock
-			// callback must not take mu: wakeFn does not.
-			if timer != nil {
-				timer.Stop()
-			}
-			timer = m.clock.AfterFunc(head.Sub(now), m.wakeFn)
-			m.armed = head
-		}
+		m.stopped = true
 		m.mu.Unlock()
-
-		select {
-		case <-ctx.Done():
-			return
-		case <-m.kick:
-		case out <- next:
-			m.mu.Lock()
-			m.popPendingLocked()
-			m.mu.Unlock()
+		m.wg.Wait()
+		if own {
+			q.q.Stop()
 		}
+		close(m.done)
+	})
+	return nil
+}
+
+// Wait returns once the Manager has stopped after Start's context ended: no
+// probe runs and no Update is sent any more.
+func (m *Manager) Wait() { <-m.done }
+
+// Run runs the probes and delivers Updates until ctx ends, then waits for
+// the probes in flight: Start, then Wait once ctx has ended. Call it once.
+func (m *Manager) Run(ctx context.Context) {
+	if err := m.Start(ctx); err != nil {
+		panic(err.Error())
+	}
+	<-ctx.Done()
+	m.Wait()
+}
+
+// serve is a queue worker's run of a worker that came due: one that is
+// no longer scheduled (stopped, retired, or running already) is dropped,
+// and one scheduled for later (the queue kept an earlier time) is queued
+// again. A liveness or readiness worker whose container has not started
+// (its startup probe has not passed) waits for its next tick, as the
+// kubelet's workers skip; any other probes.
+func (m *Manager) serve(w *worker) {
+	now := m.clock.Now()
+	m.mu.Lock()
+	if m.stopped || w.state != scheduled {
+		m.mu.Unlock()
+		return
+	}
+	if w.next.After(now) {
+		m.queue.q.AddAt(w, w.next)
+		m.mu.Unlock()
+		return
+	}
+	if w.kind != Startup && !m.startedLocked(w.containerID) {
+		m.scheduleLocked(w, nextTick(w.next, now, w.params.period))
+		m.mu.Unlock()
+		return
+	}
+	w.state = running
+	ctx := m.ctx
+	m.wg.Add(1)
+	m.mu.Unlock()
+	defer m.wg.Done()
+
+	res, out, err := m.execute(ctx, w)
+	now = m.clock.Now()
+	m.mu.Lock()
+	ev, ok := m.finishLocked(ctx, w, res, out, err, now)
+	m.mu.Unlock()
+	if ok {
+		m.report(klog.FromContext(ctx), w, res, out, err, ev)
 	}
 }
 
-// dispatchLocked moves due workers to the ready list and starts pool
-// goroutines for them, up to the limit. A liveness or readiness worker whose
-// container has not started (its startup probe has not passed) is not run:
-// it waits for its next tick, as the kubelet's workers skip.
-func (m *Manager) dispatchLocked(ctx context.Context, now time.Time) {
-	for len(m.queue) > 0 && !m.queue[0].next.After(now) {
-		w := heap.Pop(&m.queue).(*worker)
-		if w.kind != Startup && !m.startedLocked(w.containerID) {
-			m.scheduleLocked(w, nextTick(w.next, now, w.params.period))
-			continue
-		}
-		w.state = queued
-		if !w.inReady {
-			w.inReady = true
-			m.ready = append(m.ready, w)
-		}
+// flushLocked hands pending updates to the channel while it has room, and
+// leaves the rest to a goroutine that waits for the agent to take them.
+// Before Start updates wait; while that goroutine runs, it alone sends, so
+// that they keep their order.
+func (m *Manager) flushLocked() {
+	if m.ctx == nil || m.stopped || m.delivering {
+		return
 	}
-	for n := min(m.workers-m.active, len(m.ready)); n > 0; n-- {
-		m.active++
-		m.wg.Add(1)
-		go m.serve(ctx)
-	}
-}
-
-// deliverLocked hands pending updates to the channel while it has room.
-func (m *Manager) deliverLocked() {
 	for len(m.pending) > 0 {
 		select {
 		case m.updates <- m.pending[0]:
 			m.popPendingLocked()
 		default:
+			m.delivering = true
+			m.wg.Add(1)
+			go m.deliver(m.ctx)
+			return
+		}
+	}
+}
+
+// deliver sends the pending updates as the agent takes them, then ends.
+func (m *Manager) deliver(ctx context.Context) {
+	defer m.wg.Done()
+	for {
+		m.mu.Lock()
+		if len(m.pending) == 0 {
+			m.delivering = false
+			m.mu.Unlock()
+			return
+		}
+		next := m.pending[0]
+		m.mu.Unlock()
+		select {
+		case m.updates <- next:
+			m.mu.Lock()
+			m.popPendingLocked()
+			m.mu.Unlock()
+		case <-ctx.Done():
+			m.mu.Lock()
+			m.delivering = false
+			m.mu.Unlock()
 			return
 		}
 	}
@@ -180,48 +199,6 @@ func (m *Manager) popPendingLocked() {
 	m.pending = m.pending[1:]
 	if len(m.pending) == 0 {
 		m.pending = nil
-	}
-}
-
-// takeLocked returns the next worker to run, or nil when there is none and
-// the calling pool goroutine should end.
-func (m *Manager) takeLocked(ctx context.Context) *worker {
-	for len(m.ready) > 0 && ctx.Err() == nil {
-		w := m.ready[0]
-		m.ready[0] = nil
-		m.ready = m.ready[1:]
-		w.inReady = false
-		if w.state == queued {
-			w.state = running
-			return w
-		}
-	}
-	m.ready = nil
-	return nil
-}
-
-// serve is a pool goroutine: it runs ready probes until none is left.
-func (m *Manager) serve(ctx context.Context) {
-	defer m.wg.Done()
-	logger := klog.FromContext(ctx)
-	for {
-		m.mu.Lock()
-		w := m.takeLocked(ctx)
-		if w == nil {
-			m.active--
-			m.mu.Unlock()
-			return
-		}
-		m.mu.Unlock()
-
-		res, out, err := m.execute(ctx, w)
-		now := m.clock.Now()
-		m.mu.Lock()
-		ev, ok := m.finishLocked(ctx, w, res, out, err, now)
-		m.mu.Unlock()
-		if ok {
-			m.report(logger, w, res, out, err, ev)
-		}
 	}
 }
 

@@ -128,18 +128,17 @@ func nextTick(scheduled, now time.Time, period time.Duration) time.Time {
 	return next.Add((now.Sub(next)/period + 1) * period)
 }
 
-// state is where a worker is in the scheduler.
+// state is where a worker is in its schedule.
 type state int
 
 const (
 	// idle: not scheduled; on hold until its container is replaced, or its
 	// container stopped.
 	idle state = iota
-	// scheduled: in the heap, waiting for next.
+	// scheduled: waits in the queue (or, before Start, the backlog) for
+	// next.
 	scheduled
-	// queued: due, waiting in the ready list for a pool goroutine.
-	queued
-	// running: a pool goroutine is probing.
+	// running: a queue worker is probing.
 	running
 	// retired: replaced or removed; never runs again, and a result still in
 	// flight is dropped.
@@ -149,8 +148,9 @@ const (
 // worker probes one container (one container ID) with one kind of probe. A
 // container replaced by a new one (new ID) gets new workers, so counters
 // never carry over. Fields above the line are set at creation and never
-// change, so a pool goroutine reads them without the manager's lock.
+// change, so a queue worker reads them without the manager's lock.
 type worker struct {
+	m           *Manager
 	kind        Kind
 	pod         *corev1.Pod
 	container   *corev1.Container
@@ -164,8 +164,6 @@ type worker struct {
 	// Guarded by Manager.mu.
 	state   state
 	next    time.Time
-	index   int  // in the heap; -1 when not in it
-	inReady bool // has an entry in the ready list (possibly stale)
 	trigger bool // run again as soon as the current run ends
 	count   counter
 }
