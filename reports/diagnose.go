@@ -48,7 +48,7 @@ func Diagnosis(r *Report) string {
 	if c, ok := slowestMutating(r.APIServerLatency); ok {
 		evidence = append(evidence, fmt.Sprintf("the API server's own p99 for %s %s was %s", c.Verb, c.Label(), fmtDurationMs(c.P99Ms)))
 	}
-	if s, ok := findAPIStat(r.API, "PATCH", "pods", "status"); ok && s.Count > 0 {
+	if s, ok := findAPIStat(r.API, "patch", "pods", "status"); ok && s.Count > 0 {
 		evidence = append(evidence, fmt.Sprintf("the agents waited %s at p99 for their status patches", fmtDurationMs(s.P99Ms)))
 	}
 	evidence = append(evidence, ownText)
@@ -90,7 +90,8 @@ func summaryByName(phases []PhaseSummary, name string) (PhaseSummary, bool) {
 
 func findAPIStat(stats []APIStat, verb, resource, subresource string) (APIStat, bool) {
 	for _, s := range stats {
-		if s.Verb == verb && s.Group == "" && s.Resource == resource && s.Subresource == subresource {
+		// The client-side table has the request verbs in lower case.
+		if strings.EqualFold(s.Verb, verb) && s.Group == "" && s.Resource == resource && s.Subresource == subresource {
 			return s, true
 		}
 	}

@@ -20,7 +20,7 @@ func TestDiagnosis(t *testing.T) {
 		{Verb: "DELETE", Resource: "namespaces", Scope: "resource", BucketLatency: BucketLatency{Count: 1, P99Ms: 9000}},
 		{Verb: "GET", Resource: "pods", Scope: "resource", BucketLatency: BucketLatency{Count: 3000, P99Ms: 2000}},
 	}
-	client := []APIStat{{Verb: "PATCH", Resource: "pods", Subresource: "status", Count: 3000, P99Ms: 1400}}
+	client := []APIStat{{Verb: "patch", Resource: "pods", Subresource: "status", Count: 3000, P99Ms: 1400}}
 
 	cases := []struct {
 		name string
