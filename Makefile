@@ -7,7 +7,6 @@ UPSTREAM  := controlplane/upstream
 # The control plane binaries, built from the pinned upstream module.
 CP_BINS   := $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-scheduler $(BIN)/kube-controller-manager $(BIN)/kubectl
 PROFILE   ?= quickstart
-RACE_PKGS := ./nodeagent/... ./fleet/... ./fakeruntime/... ./reports/... ./loadprofiles/...
 
 .PHONY: all build controlplane run test test-unit test-integration bench lint clean
 
@@ -39,9 +38,19 @@ $(CP_BINS) &: $(UPSTREAM)/go.mod $(UPSTREAM)/go.sum $(UPSTREAM)/etcd/main.go
 run: build controlplane
 	$(BIN)/fleetlet run --profile $(PROFILE)
 
-test: build controlplane
-	FLEETLET_BIN_DIR=$(BIN) $(GO) test -race -timeout 45m $(RACE_PKGS)
-	FLEETLET_BIN_DIR=$(BIN) $(GO) test -timeout 45m ./cmd/... ./controlplane/...
+# The whole suite: the unit tests, then the integration tests against the
+# real control plane.
+test: test-unit test-integration
+
+# Seconds, with nothing built but the packages: no control plane, no binary.
+test-unit:
+	$(GO) test -race -timeout 20m ./...
+
+# The tests tagged `integration` start the real control plane from bin/
+# (and the containerd test, as root, a real containerd); the unit tests of
+# those two packages run again with them.
+test-integration: build controlplane
+	FLEETLET_BIN_DIR=$(BIN) $(GO) test -tags integration -timeout 45m ./cmd/... ./controlplane/...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./fakeruntime/... ./nodeagent/... ./reports/...

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/viper"
 )
@@ -50,4 +51,29 @@ func TestCheckCapacity(t *testing.T) {
 	if err := checkCapacity(1<<30, filepath.Join(t.TempDir(), "none")); err != nil {
 		t.Errorf("without meminfo there is nothing to check against: %v", err)
 	}
+}
+
+func TestParseSweep(t *testing.T) {
+	sw, err := parseSweep("nodes=25,50,100")
+	if err != nil || sw.Parameter != "nodes" || len(sw.Values) != 3 || sw.Values[2] != 100 {
+		t.Errorf("parseSweep = %+v, %v", sw, err)
+	}
+	for _, bad := range []string{"pods=1,2", "nodes", "nodes=10,5", "qps=0,1", "qps=a"} {
+		if _, err := parseSweep(bad); err == nil {
+			t.Errorf("parseSweep(%q) accepted", bad)
+		}
+	}
+}
+
+// fleetSettings are the fleet flags of the tests: a small jitter, and node
+// names of their own.
+func fleetSettings(cri string) *viper.Viper {
+	v := viper.New()
+	v.Set("cri", cri)
+	v.Set("node-prefix", "it-")
+	v.Set("first-ip", "127.1.0.1")
+	v.Set("start-jitter", 2*time.Second)
+	v.Set("seed", uint64(1))
+	v.Set("ready-timeout", 3*time.Minute)
+	return v
 }

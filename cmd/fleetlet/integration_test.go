@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 import (
@@ -77,15 +79,10 @@ func startTestSession(ctx context.Context, t *testing.T, name string, keep func(
 	return r
 }
 
+// testSettings are fleetSettings with the control plane's binaries.
 func testSettings(t *testing.T, cri string) *viper.Viper {
-	v := viper.New()
+	v := fleetSettings(cri)
 	v.Set("bin-dir", binDir(t))
-	v.Set("cri", cri)
-	v.Set("node-prefix", "it-")
-	v.Set("first-ip", "127.1.0.1")
-	v.Set("start-jitter", 2*time.Second)
-	v.Set("seed", uint64(1))
-	v.Set("ready-timeout", 3*time.Minute)
 	return v
 }
 

@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 import (
@@ -8,18 +10,6 @@ import (
 	"testing"
 	"time"
 )
-
-func TestParseSweep(t *testing.T) {
-	sw, err := parseSweep("nodes=25,50,100")
-	if err != nil || sw.Parameter != "nodes" || len(sw.Values) != 3 || sw.Values[2] != 100 {
-		t.Errorf("parseSweep = %+v, %v", sw, err)
-	}
-	for _, bad := range []string{"pods=1,2", "nodes", "nodes=10,5", "qps=0,1", "qps=a"} {
-		if _, err := parseSweep(bad); err == nil {
-			t.Errorf("parseSweep(%q) accepted", bad)
-		}
-	}
-}
 
 func sweepProfile(t *testing.T, dir, slos string) string {
 	path := filepath.Join(dir, "sweep.yaml")
