@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetlet/fleetlet/internal/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	internalapi "k8s.io/cri-api/pkg/apis"
@@ -167,7 +168,7 @@ func TestStopWhileRunForEnds(t *testing.T) {
 	started := clk.Now()
 	done := make(chan error, 1)
 	go func() { done <- rt.StopContainer(ctx, id, 60) }()
-	waitFor(t, "StopContainer to wait for its latency", clk.HasWaiters)
+	testutil.WaitFor(t, "StopContainer to wait for its latency", clk.HasWaiters)
 	clk.Step(30 * time.Second)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -343,7 +344,7 @@ func TestImageBehaviourLatencyAndSize(t *testing.T) {
 		_, err := rt.PullImage(context.Background(), &runtimeapi.ImageSpec{Image: "busybox"}, nil, nil)
 		done <- err
 	}()
-	waitFor(t, "the pull to wait", clk.HasWaiters)
+	testutil.WaitFor(t, "the pull to wait", clk.HasWaiters)
 	clk.Step(10*time.Second - time.Nanosecond)
 	select {
 	case err := <-done:
@@ -383,7 +384,7 @@ func TestContainerLatencies(t *testing.T) {
 		t.Helper()
 		done := make(chan error, 1)
 		go func() { done <- call() }()
-		waitFor(t, what+" to wait", clk.HasWaiters)
+		testutil.WaitFor(t, what+" to wait", clk.HasWaiters)
 		clk.Step(d - time.Nanosecond)
 		select {
 		case err := <-done:

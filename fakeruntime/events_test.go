@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetlet/fleetlet/internal/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	internalapi "k8s.io/cri-api/pkg/apis"
@@ -365,7 +366,7 @@ func TestContainerEventsThroughSocket(t *testing.T) {
 	rs, _ := dialForTest(t, serveForTest(t, rt), false)
 	w := watchEvents(t, rs, 100)
 	// The client's stream exists before the server's handler subscribes.
-	waitFor(t, "the server to subscribe", func() bool {
+	testutil.WaitFor(t, "the server to subscribe", func() bool {
 		rt.mu.Lock()
 		defer rt.mu.Unlock()
 		return len(rt.subscribers) == 1

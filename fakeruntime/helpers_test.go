@@ -92,18 +92,6 @@ func containerConfig(pod *runtimeapi.PodSandboxConfig, name, image string) *runt
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after a deadline.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-}
-
 // wantCode fails the test unless err carries the gRPC code want (OK: nil).
 func wantCode(t testing.TB, what string, err error, want codes.Code) {
 	t.Helper()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetlet/fleetlet/internal/testutil"
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -148,7 +149,7 @@ func TestLatencyHonoured(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- call(context.Background()) }()
 
-			waitFor(t, "the call to wait on the clock", clk.HasWaiters)
+			testutil.WaitFor(t, "the call to wait on the clock", clk.HasWaiters)
 			// Not before the latency has passed...
 			clk.Step(tc.latency - time.Nanosecond)
 			if !clk.HasWaiters() {
@@ -192,7 +193,7 @@ func TestLatencyCancelled(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- call(ctx) }()
 
-			waitFor(t, "the call to wait on the clock", clk.HasWaiters)
+			testutil.WaitFor(t, "the call to wait on the clock", clk.HasWaiters)
 			cancel()
 			select {
 			case err := <-done:

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetlet/fleetlet/internal/testutil"
 	"google.golang.org/grpc/codes"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -37,7 +38,7 @@ func serveForTest(t testing.TB, rt *Runtime) string {
 			t.Errorf("socket left behind: %v", err)
 		}
 	})
-	waitFor(t, "the socket to appear", func() bool {
+	testutil.WaitFor(t, "the socket to appear", func() bool {
 		fi, err := os.Lstat(socket)
 		return err == nil && fi.Mode()&os.ModeSocket != 0
 	})
@@ -209,7 +210,7 @@ func TestServeRemovesStaleSocket(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- Serve(ctx, socket, New(Config{})) }()
-	waitFor(t, "Serve to replace the stale socket", func() bool {
+	testutil.WaitFor(t, "Serve to replace the stale socket", func() bool {
 		conn, err := net.Dial("unix", socket)
 		if err == nil {
 			_ = conn.Close()

@@ -16,6 +16,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/fleetlet/fleetlet/internal/testutil"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -120,7 +121,7 @@ func driveChurn(t *testing.T, clk *testingclock.FakeClock, api *fakeAPI, rec *re
 		calls := min(total, int64(elapsed/interval)+1)
 		created := calls - s.upTo(s.fail, calls)
 		running := created - s.upTo(s.stuck, calls)
-		eventually(t, fmt.Sprintf("at +%v: %d creates sent, %d created and bound, %d Running, due deletes sent, deleted pods gone", elapsed, calls, created, running), func() bool {
+		testutil.WaitFor(t, fmt.Sprintf("at +%v: %d creates sent, %d created and bound, %d Running, due deletes sent, deleted pods gone", elapsed, calls, created, running), func() bool {
 			if api.creates.Load() != calls || int64(rec.count(reports.Created)) != created ||
 				int64(rec.count(reports.Scheduled)) != created || int64(rec.count(reports.RunningObserved)) != running {
 				return false

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/fleetlet/fleetlet/internal/testutil"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -153,18 +154,6 @@ func testContext(t *testing.T) (context.Context, context.CancelFunc) {
 	return context.WithCancel(ctx)
 }
 
-// eventually waits, in real time, until cond holds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // profile is a defaulted, valid profile with one pool and the given phases.
 func profile(t *testing.T, phases ...Phase) *Profile {
 	t.Helper()
@@ -287,7 +276,7 @@ func TestDriverCreateRate(t *testing.T) {
 
 	for want := int64(1); want <= 4; want++ {
 		// The limiter's timer is the only thing that waits on the clock.
-		eventually(t, fmt.Sprintf("create %d and the limiter waiting", want), func() bool {
+		testutil.WaitFor(t, fmt.Sprintf("create %d and the limiter waiting", want), func() bool {
 			return api.creates.Load() == want && clk.Waiters() == 1
 		})
 		clk.Step(499 * time.Millisecond)
@@ -324,13 +313,13 @@ func TestDriverWaitRunningTimeout(t *testing.T) {
 
 	// Let the limiter through, then wait until the watch has seen every pod
 	// bound and three Running, with only the wait's timer on the clock.
-	eventually(t, "4 creates", func() bool {
+	testutil.WaitFor(t, "4 creates", func() bool {
 		if api.creates.Load() < 4 && clk.Waiters() > 0 {
 			clk.Step(time.Millisecond)
 		}
 		return api.creates.Load() == 4
 	})
-	eventually(t, "4 pods scheduled, 3 running, the wait armed", func() bool {
+	testutil.WaitFor(t, "4 pods scheduled, 3 running, the wait armed", func() bool {
 		return rec.count(reports.Scheduled) == 4 && rec.count(reports.RunningObserved) == 3 && clk.Waiters() == 1
 	})
 	clk.Step(5 * time.Minute)
@@ -462,7 +451,7 @@ func TestDriverCancel(t *testing.T) {
 				d.Clock = tc.clock
 			}
 			done := runAsync(ctx, d, tc.p(t))
-			eventually(t, "the run to reach the phase", func() bool { return tc.ready(api, rec, tc.clock) })
+			testutil.WaitFor(t, "the run to reach the phase", func() bool { return tc.ready(api, rec, tc.clock) })
 			cancel()
 			select {
 			case err := <-done:
@@ -504,11 +493,11 @@ func TestDriverProgress(t *testing.T) {
 	}
 	for step := 1; step <= 2; step++ {
 		// The sleep's timer and the progress timer.
-		eventually(t, "both timers armed", func() bool { return clk.Waiters() == 2 && calls() == step-1 })
+		testutil.WaitFor(t, "both timers armed", func() bool { return clk.Waiters() == 2 && calls() == step-1 })
 		clk.Step(time.Second)
-		eventually(t, fmt.Sprintf("progress call %d", step), func() bool { return calls() == step })
+		testutil.WaitFor(t, fmt.Sprintf("progress call %d", step), func() bool { return calls() == step })
 	}
-	eventually(t, "both timers armed", func() bool { return clk.Waiters() == 2 })
+	testutil.WaitFor(t, "both timers armed", func() bool { return clk.Waiters() == 2 })
 	clk.Step(time.Second)
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -533,7 +522,7 @@ func TestClockLimiter(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- l.Wait(ctx) }()
-	eventually(t, "the second Wait to block", clk.HasWaiters)
+	testutil.WaitFor(t, "the second Wait to block", clk.HasWaiters)
 	clk.Step(99 * time.Millisecond)
 	select {
 	case <-got:
@@ -547,7 +536,7 @@ func TestClockLimiter(t *testing.T) {
 
 	cctx, cancel := context.WithCancel(ctx)
 	go func() { got <- l.Wait(cctx) }()
-	eventually(t, "the third Wait to block", clk.HasWaiters)
+	testutil.WaitFor(t, "the third Wait to block", clk.HasWaiters)
 	cancel()
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait after cancel = %v", err)

@@ -1,28 +1,18 @@
 package delayqueue
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
+	"github.com/fleetlet/fleetlet/internal/testutil"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	}); err != nil {
-		t.Fatalf("timed out waiting until %s", what)
-	}
-}
 
 type tick struct{ id, n int }
 
@@ -60,7 +50,7 @@ func TestServedWhenDue(t *testing.T) {
 	for s := 1; s <= steps; s++ {
 		clk.Step(100 * time.Millisecond)
 		elapsed := time.Duration(s) * 100 * time.Millisecond
-		waitFor(t, fmt.Sprintf("the items due by +%v are served", elapsed), func() bool {
+		testutil.WaitFor(t, fmt.Sprintf("the items due by +%v are served", elapsed), func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			for id := range items {
@@ -109,13 +99,13 @@ func TestWorkersBoundedAndStarted(t *testing.T) {
 	}
 	mu.Unlock()
 	q.Start()
-	waitFor(t, "the workers are busy", func() bool { mu.Lock(); defer mu.Unlock(); return running == workers })
+	testutil.WaitFor(t, "the workers are busy", func() bool { mu.Lock(); defer mu.Unlock(); return running == workers })
 	if d := runtime.NumGoroutine() - base; d > workers {
 		t.Errorf("%d goroutines serve %d items; want at most %d", d, items, workers)
 	}
 	close(gate)
-	waitFor(t, "every item is served", func() bool { mu.Lock(); defer mu.Unlock(); return served == items })
-	waitFor(t, "the workers end", func() bool { return q.Idle() && runtime.NumGoroutine() <= base })
+	testutil.WaitFor(t, "every item is served", func() bool { mu.Lock(); defer mu.Unlock(); return served == items })
+	testutil.WaitFor(t, "the workers end", func() bool { return q.Idle() && runtime.NumGoroutine() <= base })
 	if most != workers {
 		t.Errorf("%d items served at once, want %d", most, workers)
 	}

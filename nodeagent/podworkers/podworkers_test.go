@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetlet/fleetlet/internal/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -70,15 +71,6 @@ func pod(rv string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1", ResourceVersion: rv}}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	}); err != nil {
-		t.Fatalf("timed out waiting until %s", what)
-	}
-}
-
 func newWorkers(t *testing.T, s *syncer) (*PodWorkers, *clocktesting.FakeClock) {
 	ctx, cancel := context.WithCancel(context.Background())
 	clk := clocktesting.NewFakeClock(time.Now())
@@ -91,13 +83,13 @@ func TestUpdatesCoalesceWhileSyncing(t *testing.T) {
 	s := &syncer{hold: make(chan struct{})}
 	p, _ := newWorkers(t, s)
 	p.UpdatePod(pod("1"))
-	waitFor(t, "the first sync starts", func() bool { return len(s.snapshot()) == 1 })
+	testutil.WaitFor(t, "the first sync starts", func() bool { return len(s.snapshot()) == 1 })
 	// Three updates while the first sync runs: only the newest is synced next.
 	p.UpdatePod(pod("2"))
 	p.UpdatePod(pod("3"))
 	p.UpdatePod(pod("4"))
 	close(s.hold)
-	waitFor(t, "the newest update is synced", func() bool { return len(s.snapshot()) == 2 })
+	testutil.WaitFor(t, "the newest update is synced", func() bool { return len(s.snapshot()) == 2 })
 	if got := s.snapshot(); got[0] != "sync:1" || got[1] != "sync:4" {
 		t.Errorf("calls = %v, want [sync:1 sync:4]", got)
 	}
@@ -117,7 +109,7 @@ func TestDeletionTerminatesOnce(t *testing.T) {
 	deleted.DeletionGracePeriodSeconds = new(int64)
 	*deleted.DeletionGracePeriodSeconds = 30
 	p.UpdatePod(deleted)
-	waitFor(t, "the pod is terminated", func() bool { return p.IsTerminated("u1") })
+	testutil.WaitFor(t, "the pod is terminated", func() bool { return p.IsTerminated("u1") })
 	// Updates after termination are ignored: a terminated pod never runs again.
 	p.UpdatePod(pod("3"))
 	got := s.snapshot()
@@ -136,14 +128,14 @@ func TestFailedSyncRetriesAfterBackOff(t *testing.T) {
 	s := &syncer{failures: 1}
 	p, clk := newWorkers(t, s)
 	p.UpdatePod(pod("1"))
-	waitFor(t, "the failing sync ran and armed its retry", func() bool { return len(s.snapshot()) == 1 && clk.HasWaiters() })
+	testutil.WaitFor(t, "the failing sync ran and armed its retry", func() bool { return len(s.snapshot()) == 1 && clk.HasWaiters() })
 	clk.Step(BackOffPeriod - time.Millisecond)
 	if n := len(s.snapshot()); n != 1 {
 		t.Fatalf("retried before the back-off period: %d calls", n)
 	}
 	// The retry comes within the jitter: at most half the period later.
 	clk.Step(BackOffPeriod/2 + time.Millisecond)
-	waitFor(t, "the retry", func() bool { return len(s.snapshot()) == 2 })
+	testutil.WaitFor(t, "the retry", func() bool { return len(s.snapshot()) == 2 })
 }
 
 func TestForceDeleteKillsWithZeroGrace(t *testing.T) {
@@ -154,7 +146,7 @@ func TestForceDeleteKillsWithZeroGrace(t *testing.T) {
 	p, _ := newWorkers(t, s)
 	p.UpdatePod(pod("1"))
 	p.KillPod(pod("1"))
-	waitFor(t, "the pod is terminated", func() bool { return p.IsTerminated("u1") })
+	testutil.WaitFor(t, "the pod is terminated", func() bool { return p.IsTerminated("u1") })
 	found := false
 	for _, c := range s.snapshot() {
 		found = found || c == "terminating:1:0"
@@ -170,7 +162,7 @@ func TestTerminalPodIsTerminatedWithoutDeletion(t *testing.T) {
 	done := pod("1")
 	done.Labels = map[string]string{"terminal": "true"}
 	p.UpdatePod(done)
-	waitFor(t, "the completed pod is terminated", func() bool { return p.IsTerminated("u1") })
+	testutil.WaitFor(t, "the completed pod is terminated", func() bool { return p.IsTerminated("u1") })
 	got := s.snapshot()
 	want := []string{"sync:1", "terminating:1:30", "terminated:1"}
 	if len(got) != len(want) {

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetlet/fleetlet/internal/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -178,7 +178,7 @@ func (m *Manager) quiescent(now time.Time) bool {
 
 func (h *harness) settle() {
 	h.t.Helper()
-	waitFor(h.t, "the probe manager is quiescent", func() bool {
+	testutil.WaitFor(h.t, "the probe manager is quiescent", func() bool {
 		h.collect()
 		return h.m.quiescent(h.clock.Now())
 	})
@@ -221,15 +221,6 @@ func (h *harness) drainEvents() []string {
 		default:
 			return got
 		}
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	}); err != nil {
-		t.Fatalf("timed out waiting until %s", what)
 	}
 }
 

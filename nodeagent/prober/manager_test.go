@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetlet/fleetlet/internal/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -243,7 +244,7 @@ func TestHungRunnerTimesOut(t *testing.T) {
 	h.runner.script("cid", Liveness, answer{hang: true})
 	pod := newPod("u1", corev1.Container{LivenessProbe: execProbe(Liveness, withThresholds(1, 1))})
 	h.m.ContainerStarted(pod, "c0", "cid", t0)
-	waitFor(t, "the probe is running", func() bool { return h.runner.inProgress() == 1 })
+	testutil.WaitFor(t, "the probe is running", func() bool { return h.runner.inProgress() == 1 })
 	h.clock.Step(time.Second)
 	if got, _ := h.m.Get(Liveness, "cid"); got != Success {
 		t.Fatalf("liveness = %v before the grace after the timeout", got)
@@ -525,7 +526,7 @@ func TestRunsOfOneWorkerNeverOverlap(t *testing.T) {
 	h.runner.hold = hold
 	pod := newPod("u1", corev1.Container{ReadinessProbe: execProbe(Readiness, withPeriod(1))})
 	h.m.ContainerStarted(pod, "c0", "cid", t0)
-	waitFor(t, "the probe is running", func() bool { return h.runner.inProgress() == 1 })
+	testutil.WaitFor(t, "the probe is running", func() bool { return h.runner.inProgress() == 1 })
 	for range 5 {
 		h.clock.Step(time.Second / 2) // stays within timeout+grace
 	}

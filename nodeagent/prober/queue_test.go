@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetlet/fleetlet/internal/testutil"
 	corev1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -53,7 +54,7 @@ func newFleetHarness(t *testing.T, managers, workers int) *fleetHarness {
 
 func (h *fleetHarness) settle() {
 	h.t.Helper()
-	waitFor(h.t, "every probe manager is quiescent", func() bool {
+	testutil.WaitFor(h.t, "every probe manager is quiescent", func() bool {
 		for i, m := range h.ms {
 			for len(m.Updates()) > 0 {
 				h.got[i] = append(h.got[i], <-m.Updates())
@@ -191,8 +192,8 @@ func TestUpdatesBeyondTheBuffer(t *testing.T) {
 	for i := range cs {
 		h.m.ContainerStarted(pod, cs[i].Name, fmt.Sprintf("cid%02d", i), t0)
 	}
-	waitFor(t, "every probe ran", func() bool { return h.runner.total() == containers })
-	waitFor(t, "the updates wait for the agent", func() bool {
+	testutil.WaitFor(t, "every probe ran", func() bool { return h.runner.total() == containers })
+	testutil.WaitFor(t, "the updates wait for the agent", func() bool {
 		h.m.mu.Lock()
 		defer h.m.mu.Unlock()
 		return len(h.m.pending) == containers-updatesBuffer
@@ -212,7 +213,7 @@ func TestUpdatesBeyondTheBuffer(t *testing.T) {
 	if !slices.IsSorted(ids) || len(slices.Compact(slices.Clone(ids))) != containers {
 		t.Errorf("updates out of order or repeated: %v", ids)
 	}
-	waitFor(t, "the delivering goroutine ends", func() bool { return runtime.NumGoroutine() <= base })
+	testutil.WaitFor(t, "the delivering goroutine ends", func() bool { return runtime.NumGoroutine() <= base })
 }
 
 // gatedRunner answers Success once its gate, if any, opens.
@@ -323,7 +324,7 @@ func TestGoroutinesPerNode(t *testing.T) {
 			addContainers(m, clk, i)
 		}
 		consumers := nodes
-		waitFor(t, "the first probes ran", func() bool { return runner.total() == nodes*containers })
+		testutil.WaitFor(t, "the first probes ran", func() bool { return runner.total() == nodes*containers })
 		idle = settledGoroutines() - base - consumers
 		gate := make(chan struct{})
 		runner.set(gate)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetlet/fleetlet/internal/testutil"
 	corev1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -38,7 +39,7 @@ func TestThousandWorkersBoundedGoroutines(t *testing.T) {
 			h.m.ContainerStarted(pod, cs[j].Name, fmt.Sprintf("p%d-c%d", i, j), t0)
 		}
 	}
-	waitFor(t, "the pool is busy", func() bool { return h.runner.inProgress() == workers })
+	testutil.WaitFor(t, "the pool is busy", func() bool { return h.runner.inProgress() == workers })
 	if d := runtime.NumGoroutine() - base; d > workers+2 {
 		t.Errorf("%d probe workers, all due, took %d goroutines; want at most the pool's %d (+2)", probeCount, d, workers)
 	}
@@ -55,7 +56,7 @@ func TestThousandWorkersBoundedGoroutines(t *testing.T) {
 	}
 	// Idle again: the queue's workers are gone, only Run's and the queue's
 	// waiting loop are left.
-	waitFor(t, "the pool goroutines end", func() bool { return runtime.NumGoroutine() <= base })
+	testutil.WaitFor(t, "the pool goroutines end", func() bool { return runtime.NumGoroutine() <= base })
 	h.step(10 * time.Second)
 	if n := h.runner.total(); n != 2*probeCount {
 		t.Errorf("%d probes after a period, want %d", n, 2*probeCount)
