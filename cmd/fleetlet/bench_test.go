@@ -33,9 +33,12 @@ func TestBenchFleetMeasuresAnIdleFleet(t *testing.T) {
 	if r.notReadyEvents != 0 {
 		t.Errorf("%d NodeNotReady events in an idle fleet", r.notReadyEvents)
 	}
-	// Every agent renews twice within 26 s, so lateness is measured;
-	// the lease controller's own jitter keeps it under half a second.
-	if r.latenessMax <= 0 || r.latenessMax > 5000 || r.leasePutP99Ms <= 0 {
+	t.Logf("result: %+v", r)
+	// Every agent renews twice within 26 s, so lateness is measured. The
+	// lease controller's own jitter is at most 4 % of the 10 s interval,
+	// 400 ms; the rest is the PUT's latency on a loaded machine. A second
+	// bounds both and still fails any renewal that missed its period.
+	if r.latenessMax <= 0 || r.latenessMax > 1000 || r.leasePutP99Ms <= 0 {
 		t.Errorf("lease lateness max %.0f ms, PUT p99 %.1f ms", r.latenessMax, r.leasePutP99Ms)
 	}
 	// The pod load ran after the window: its phases are measured, and the
