@@ -18,16 +18,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/component-helpers/apimachinery/lease"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
@@ -43,8 +37,9 @@ import (
 	"github.com/fleetlet/fleetlet/nodeagent/pleg"
 	"github.com/fleetlet/fleetlet/nodeagent/podworkers"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
+	"github.com/fleetlet/fleetlet/nodeagent/server"
 	"github.com/fleetlet/fleetlet/nodeagent/stats"
-	"github.com/fleetlet/fleetlet/nodeagent/status"
+	podstatus "github.com/fleetlet/fleetlet/nodeagent/status"
 	"github.com/fleetlet/fleetlet/nodeagent/volumemanager"
 	"github.com/fleetlet/fleetlet/reports"
 )
@@ -75,28 +70,48 @@ func LeaseRenewInterval(kc *kubeletconfig.KubeletConfiguration) time.Duration {
 	return time.Duration(float64(time.Duration(kc.NodeLeaseDurationSeconds)*time.Second) * renewIntervalFraction)
 }
 
-// Agent is one node's kubelet.
+// Agent is one node's kubelet. New builds its parts; Run starts them.
 type Agent struct {
 	cfg Config
 
-	runtimeName string
-	runtime     *kuberuntime.Manager
-	statuses    *status.Manager
-	pleg        *pleg.Generic
-	probes      *prober.Manager
-	workers     *podworkers.PodWorkers
-	volumes     *volumemanager.Manager
-	stats       *stats.Provider
-	eviction    *eviction.Manager
-	imageGC     *images.Manager
-	containerGC *containergc.Manager
-	// sourcesReady reports whether the pod informer has listed once: until
-	// then a pod unknown to the agent may yet appear, and container GC
-	// keeps what it does not know.
-	sourcesReady func() bool
-	objects      *objectcache.Cache
-	events       record.EventRecorder
-	nodeLister   cache.Indexer
+	// cri is the node's CRI runtime service (cfg.Runtime); podRuntime is
+	// the kubelet's runtime manager, which runs pods through it.
+	cri           internalapi.RuntimeService
+	podRuntime    *kuberuntime.Manager
+	statusManager *podstatus.Manager
+	pleg          *pleg.Generic
+	eventedPLEG   *pleg.Evented // nil without the EventedPLEG gate
+	probes        *prober.Manager
+	volumes       *volumemanager.Manager
+	stats         *stats.Provider
+	eviction      *eviction.Manager
+	imageGC       *images.Manager
+	containerGC   *containergc.Manager
+	objects       *objectcache.Cache
+	events        *eventRecorder
+	lease         lease.Controller
+	kubeletServer *server.Server // nil without cfg.Serving
+	// nodeSource and podSource deliver the agent's Node and pods to its
+	// handlers; nodeStore is where the Node is read from.
+	nodeSource source
+	podSource  source
+	nodeStore  cache.Store
+	// nodeStatusConfig is the node status manager's configuration, but for
+	// what the start finds out (the runtime's version, the kubelet port).
+	nodeStatusConfig nodestatus.Config
+	// parts are the runnables Run starts, in order.
+	parts []part
+
+	// Set by the steps of Run, each before any part that reads it starts.
+	// runtimeName is the CRI runtime's name, from its Version.
+	runtimeName     string
+	kubeletListener net.Listener
+	// nodeStatus is made at registration: the node's identity names the
+	// runtime's version and the kubelet port.
+	nodeStatus *nodestatus.Manager
+	// workers are made as they start: podworkers.New binds their goroutines
+	// to a context.
+	workers *podworkers.PodWorkers
 
 	mu      sync.Mutex
 	pods    map[types.UID]*corev1.Pod
@@ -107,84 +122,67 @@ type Agent struct {
 	rejected map[types.UID]bool
 }
 
-// New validates cfg and returns an Agent ready to Run.
+// New validates cfg and builds every part of the agent, as the kubelet's
+// NewMainKubelet does. Nothing talks to the API server or the runtime until
+// Run.
 func New(cfg Config) (*Agent, error) {
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, pods: map[types.UID]*corev1.Pod{}, admitted: map[types.UID]bool{}, rejected: map[types.UID]bool{}}, nil
-}
-
-// Run registers the node and runs every loop until ctx ends. It returns an
-// error only if the agent could not start; once started, failures are retried
-// as the kubelet retries them.
-func (a *Agent) Run(ctx context.Context) error {
-	logger := klog.FromContext(ctx).WithValues("node", a.cfg.NodeName)
-	ctx = klog.NewContext(ctx, logger)
-	cfg := &a.cfg
 	kc := cfg.Kubelet
-
-	ver, err := cfg.Runtime.Version(ctx, "v1")
-	if err != nil {
-		return fmt.Errorf("node %s: the CRI runtime did not answer Version: %w; check that its endpoint is up", cfg.NodeName, err)
+	a := &Agent{
+		cfg: cfg, cri: cfg.Runtime,
+		pods: map[types.UID]*corev1.Pod{}, admitted: map[types.UID]bool{}, rejected: map[types.UID]bool{},
 	}
-	a.runtimeName = ver.RuntimeName
-
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	events := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.NodeName})
-	a.events = events
-
-	runtimeConfig := kuberuntime.Config{
-		Runtime: cfg.Runtime, Images: cfg.Images, Events: events, Recorder: cfg.Recorder, Clock: cfg.Clock,
-		SerializeImagePulls: ptr.Deref(kc.SerializeImagePulls, true), MaxParallelImagePulls: ptr.Deref(kc.MaxParallelImagePulls, 0),
-		MemoryCapacity: cfg.Capacity.Memory().Value(), Host: cfg.Host,
-	}
+	a.events = newEventRecorder(cfg.Client, cfg.NodeName)
 	a.objects = objectcache.New(objectcache.Config{Client: cfg.Client, Clock: cfg.Clock})
 	a.volumes = volumemanager.New(volumemanager.Config{
-		Clock: cfg.Clock, Client: cfg.Client, Objects: a.objects, Events: events, PodsDir: cfg.PodsDir, Allocatable: cfg.Capacity,
+		Clock: cfg.Clock, Client: cfg.Client, Objects: a.objects, Events: a.events, PodsDir: cfg.PodsDir, Allocatable: cfg.Capacity,
 	})
-	runtimeConfig.ContainerOptions = a.containerOptions
+	runtimeConfig := kuberuntime.Config{
+		Runtime: a.cri, Images: cfg.Images, Events: a.events, Recorder: cfg.Recorder, Clock: cfg.Clock,
+		SerializeImagePulls: ptr.Deref(kc.SerializeImagePulls, true), MaxParallelImagePulls: ptr.Deref(kc.MaxParallelImagePulls, 0),
+		MemoryCapacity: cfg.Capacity.Memory().Value(), Host: cfg.Host,
+		ContainerOptions: a.containerOptions,
+	}
 	if cfg.NetworkProber == nil {
 		// A real node: httpGet hooks reach the pod, as probes do.
 		runtimeConfig.NetworkHook = networkHook(prober.NewHTTPRunner(nil))
 	}
-	a.runtime = kuberuntime.NewManager(runtimeConfig)
-	a.statuses = status.NewManager(status.Config{Client: cfg.Client, Clock: cfg.Clock, Recorder: cfg.Recorder})
+	a.podRuntime = kuberuntime.NewManager(runtimeConfig)
+	a.statusManager = podstatus.NewManager(podstatus.Config{Client: cfg.Client, Clock: cfg.Clock, Recorder: cfg.Recorder})
 	network := cfg.NetworkProber
 	if network == nil {
 		network = prober.NewHTTPRunner(nil)
 	}
 	a.probes = prober.NewManager(prober.Config{
-		Clock: cfg.Clock, Events: events, Seed: nodeSeed(cfg.NodeName),
-		Runner: prober.Join(prober.ExecViaCRI(cfg.Runtime), network),
+		Clock: cfg.Clock, Events: a.events, Seed: nodeSeed(cfg.NodeName),
+		Runner: prober.Join(prober.ExecViaCRI(a.cri), network),
 	})
-	a.pleg = pleg.NewGeneric(cfg.Runtime, cfg.Clock, pleg.RelistPeriod)
+	a.pleg = pleg.NewGeneric(a.cri, cfg.Clock, pleg.RelistPeriod)
+	if kc.FeatureGates[pleg.FeatureEventedPLEG] {
+		a.eventedPLEG = pleg.NewEvented(a.cri, a.pleg)
+	}
+	a.nodeSource, a.podSource, a.nodeStore = a.newSources()
 
 	capacity := cfg.Capacity.DeepCopy()
 	if _, ok := capacity[corev1.ResourcePods]; !ok {
 		capacity[corev1.ResourcePods] = *resourceQuantity(int64(kc.MaxPods))
 	}
-	if err := a.newResourceManagers(capacity, events); err != nil {
-		return err
+	if err := a.newResourceManagers(capacity); err != nil {
+		return nil, err
 	}
-
-	var kubeletAPI net.Listener
-	var kubeletPort int32
 	if cfg.Serving != nil {
-		if kubeletAPI, err = a.listenKubeletAPI(); err != nil {
-			return err
+		var err error
+		if a.kubeletServer, err = a.newKubeletServer(); err != nil {
+			return nil, err
 		}
-		defer func() { _ = kubeletAPI.Close() }()
-		kubeletPort = int32(kubeletAPI.Addr().(*net.TCPAddr).Port)
 	}
-	nodeStatus := nodestatus.NewManager(nodestatus.Config{
+	a.nodeStatusConfig = nodestatus.Config{
 		Identity: nodestatus.Identity{
 			Name: cfg.NodeName, IP: cfg.NodeIP, Labels: cfg.Labels, Taints: cfg.Taints, Capacity: capacity,
-			KubeletPort:    kubeletPort,
-			KubeletVersion: KubeletVersion, RuntimeVersion: ver.RuntimeName + "://" + ver.RuntimeVersion,
+			KubeletVersion: KubeletVersion,
 		},
 		Client:          cfg.Client,
 		Clock:           cfg.Clock,
@@ -193,91 +191,94 @@ func (a *Agent) Run(ctx context.Context) error {
 		UpdateFrequency: kc.NodeStatusUpdateFrequency.Duration,
 		ReportFrequency: kc.NodeStatusReportFrequency.Duration,
 		Seed:            nodeSeed(cfg.NodeName),
-	})
-	if err := nodeStatus.Register(ctx); err != nil {
-		return err
 	}
-
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	goRun := func(f func(context.Context)) {
-		wg.Add(1)
-		go func() { defer wg.Done(); f(ctx) }()
-	}
-
-	if shared := cfg.Informers; shared != nil {
-		if !cache.WaitForCacheSync(ctx.Done(), shared.HasSynced) {
-			return ctx.Err()
-		}
-		a.nodeLister = shared.Nodes()
-		defer shared.AddNodeHandler(cfg.NodeName, a.nodeHandler())()
-		// The shared informer listed before this node registered: wait for
-		// its watch to bring the Node, or the first status update would
-		// find nothing to update and wait a whole period.
-		if !cache.WaitForCacheSync(ctx.Done(), func() bool { _, err := a.getNode(); return err == nil }) {
-			return ctx.Err()
-		}
-	} else {
-		nodeInformer := NewInformer(cfg.Client, fields.OneTermEqualSelector(metav1.ObjectNameField, a.cfg.NodeName), &corev1.Node{},
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return cfg.Client.CoreV1().Nodes().List(ctx, o)
-			},
-			cfg.Client.CoreV1().Nodes().Watch, cache.Indexers{})
-		_, _ = nodeInformer.AddEventHandler(a.nodeHandler())
-		a.nodeLister = nodeInformer.GetIndexer()
-		goRun(nodeInformer.RunWithContext)
-		if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.HasSynced) {
-			return ctx.Err()
-		}
-	}
-
-	leaseController := lease.NewController(cfg.Clock, cfg.Client, cfg.NodeName, kc.NodeLeaseDurationSeconds, nil,
+	a.lease = lease.NewController(cfg.Clock, cfg.Client, cfg.NodeName, kc.NodeLeaseDurationSeconds, nil,
 		LeaseRenewInterval(kc), cfg.NodeName, leaseNamespace, a.setNodeOwner)
-	goRun(leaseController.Run)
-	goRun(nodeStatus.Run)
-	goRun(a.statuses.Run)
-	goRun(a.pleg.Run)
-	if kc.FeatureGates[pleg.FeatureEventedPLEG] {
-		goRun(pleg.NewEvented(cfg.Runtime, a.pleg).Run)
-	}
-	goRun(a.probes.Run)
+	a.parts = a.runnables()
+	return a, nil
+}
 
-	a.workers = podworkers.New(ctx, a, cfg.Clock)
-	defer a.workers.Wait()
-	if shared := cfg.Informers; shared != nil {
-		defer shared.AddPodHandler(cfg.NodeName, a.podHandler())()
-		a.sourcesReady = func() bool { return true }
-	} else {
-		// The kubelet's pod source: every pod bound to this node, in any
-		// namespace.
-		pods := cfg.Client.CoreV1().Pods(metav1.NamespaceAll)
-		podInformer := NewInformer(cfg.Client, fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName), &corev1.Pod{},
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) }, pods.Watch, cache.Indexers{})
-		_, _ = podInformer.AddEventHandler(a.podHandler())
-		a.sourcesReady = podInformer.HasSynced
-		goRun(podInformer.RunWithContext)
+// runnables lists the agent's parts in the order Run starts them; they stop
+// in reverse. A part without a runnable (the kubelet API on a node that does
+// not serve it, the evented PLEG without its gate) is skipped. The parts that
+// Run's steps make (node status, pod workers) are reached through closures,
+// which read them once they exist.
+func (a *Agent) runnables() []part {
+	var kubeletListener, kubeletServer, eventedPLEG runnable
+	if a.kubeletServer != nil {
+		kubeletListener = step{start: a.listenKubeletAPI, stop: a.closeKubeletAPI}
+		kubeletServer = newLoop(a.serveKubeletAPI)
 	}
-	// Started once the pod source is wired: they read the pod workers
-	// and whether the pods have been listed.
-	goRun(a.eviction.Run)
-	goRun(a.imageGC.Run)
-	goRun(a.containerGC.Run)
-	if kubeletAPI != nil {
-		srv, err := a.kubeletAPI()
-		if err != nil {
-			return err
-		}
-		goRun(func(ctx context.Context) {
-			if err := srv.Serve(ctx, kubeletAPI, cfg.Serving.Cert); err != nil {
-				logger.Error(err, "Kubelet API stopped")
-			}
-		})
+	if a.eventedPLEG != nil {
+		eventedPLEG = newLoop(a.eventedPLEG.Run)
 	}
-	goRun(a.syncLoop)
-	logger.V(2).Info("Node agent started")
-	<-ctx.Done()
+	return []part{
+		{"CRI runtime version", step{start: a.readRuntimeVersion}},
+		{"event broadcaster", a.events},
+		// Opened before registration: the Node advertises the port.
+		{"kubelet API listener", kubeletListener},
+		{"node registration", step{start: a.registerNode}},
+		{"node source", a.nodeSource},
+		{"node source synced", step{start: a.waitForNode}},
+		{"node lease", newLoop(a.lease.Run)},
+		{"node status", newLoop(func(ctx context.Context) { a.nodeStatus.Run(ctx) })},
+		{"pod status manager", newLoop(a.statusManager.Run)},
+		{"PLEG", newLoop(a.pleg.Run)},
+		{"evented PLEG", eventedPLEG},
+		{"prober", a.probes},
+		{"pod workers", step{start: a.startPodWorkers, stop: func() { a.workers.Wait() }}},
+		// The pod source hands pods to the pod workers.
+		{"pod source", a.podSource},
+		// These read the pod workers and whether the pods have been listed.
+		{"eviction manager", newLoop(a.eviction.Run)},
+		{"image GC", newLoop(a.imageGC.Run)},
+		{"container GC", newLoop(a.containerGC.Run)},
+		{"kubelet API server", kubeletServer},
+		{"sync loop", newLoop(a.syncLoop)},
+	}
+}
+
+// Run starts the agent's parts in order, registering the node, and runs them
+// until ctx ends; they then stop in reverse. It returns an error only if the
+// agent could not start; once started, failures are retried as the kubelet
+// retries them. An Agent runs once.
+func (a *Agent) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("node", a.cfg.NodeName)
+	return runParts(klog.NewContext(ctx, logger), a.parts)
+}
+
+// readRuntimeVersion asks the CRI runtime who it is, as the kubelet does
+// before anything else: the node reports it, and container IDs carry its name.
+func (a *Agent) readRuntimeVersion(ctx context.Context) error {
+	ver, err := a.cri.Version(ctx, "v1")
+	if err != nil {
+		return fmt.Errorf("node %s: the CRI runtime did not answer Version: %w; check that its endpoint is up", a.cfg.NodeName, err)
+	}
+	a.runtimeName = ver.RuntimeName
+	a.nodeStatusConfig.Identity.RuntimeVersion = ver.RuntimeName + "://" + ver.RuntimeVersion
+	return nil
+}
+
+// registerNode makes the node status manager, now that the node's identity
+// is complete, and creates the Node.
+func (a *Agent) registerNode(ctx context.Context) error {
+	a.nodeStatus = nodestatus.NewManager(a.nodeStatusConfig)
+	return a.nodeStatus.Register(ctx)
+}
+
+// waitForNode waits until the node source holds the Node: node status,
+// admission and the lease's owner read it from there.
+func (a *Agent) waitForNode(ctx context.Context) error {
+	if !cache.WaitForCacheSync(ctx.Done(), a.nodeSource.HasSynced) {
+		return fmt.Errorf("node %s: stopped before its Node was in the informer cache: %w", a.cfg.NodeName, context.Cause(ctx))
+	}
+	return nil
+}
+
+// startPodWorkers makes the pod workers, whose goroutines live until ctx
+// ends.
+func (a *Agent) startPodWorkers(ctx context.Context) error {
+	a.workers = podworkers.New(ctx, a, a.cfg.Clock)
 	return nil
 }
 
@@ -300,27 +301,6 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// NewInformer is an informer of the objects selector picks, with no resync:
-// an agent's own watches, and the fleet's shared ones. The ListWatch carries
-// the client, so that clients without watch-list streaming (the fake
-// clientset in tests) fall back to list and watch.
-func NewInformer(client kubernetes.Interface, selector fields.Selector, obj runtime.Object,
-	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), indexers cache.Indexers) cache.SharedIndexInformer {
-	sel := selector.String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return list(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return watchFn(ctx, o)
-		},
-	}
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), obj, 0, indexers)
 }
 
 func (a *Agent) nodeHandler() cache.ResourceEventHandler {
@@ -346,7 +326,7 @@ func (a *Agent) onNode(node *corev1.Node) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := a.cfg.Runtime.UpdateRuntimeConfig(ctx, &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: cidr}})
+	err := a.cri.UpdateRuntimeConfig(ctx, &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: cidr}})
 	if err != nil {
 		klog.Background().Error(err, "Failed to update pod CIDR in the runtime", "node", a.cfg.NodeName, "podCIDR", cidr)
 		a.mu.Lock()
@@ -378,7 +358,7 @@ func (a *Agent) podHandler() cache.ResourceEventHandler {
 				// A rejected pod never ran: once it is deleted, the status
 				// manager deletes it for good.
 				if pod.DeletionTimestamp != nil {
-					a.statuses.TerminatePod(pod.UID)
+					a.statusManager.TerminatePod(pod.UID)
 				}
 				return
 			}
@@ -391,7 +371,7 @@ func (a *Agent) podHandler() cache.ResourceEventHandler {
 			// A pod that completed on its own and is deleted later has no
 			// worker left to act: the status manager finishes the deletion.
 			if pod.DeletionTimestamp != nil && a.workers.IsTerminated(pod.UID) {
-				a.statuses.TerminatePod(pod.UID)
+				a.statusManager.TerminatePod(pod.UID)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -412,7 +392,7 @@ func (a *Agent) podHandler() cache.ResourceEventHandler {
 			a.mu.Unlock()
 			a.workers.KillPod(pod)
 			a.workers.Forget(pod.UID)
-			a.statuses.Forget(pod.UID)
+			a.statusManager.Forget(pod.UID)
 			a.probes.RemovePod(pod.UID)
 		},
 	}
@@ -442,11 +422,11 @@ func (a *Agent) admit(pod *corev1.Pod) bool {
 	a.rejected[pod.UID] = true
 	a.mu.Unlock()
 	a.events.Event(pod, corev1.EventTypeWarning, r.Reason, r.Message)
-	a.statuses.SetPodStatus(pod, corev1.PodStatus{
+	a.statusManager.SetPodStatus(pod, corev1.PodStatus{
 		QOSClass: pod.Status.QOSClass, Phase: corev1.PodFailed,
 		Reason: r.Reason, Message: "Pod was rejected: " + r.Message,
 	})
-	a.statuses.TerminatePod(pod.UID)
+	a.statusManager.TerminatePod(pod.UID)
 	return false
 }
 
@@ -485,7 +465,7 @@ func (a *Agent) pod(uid types.UID) *corev1.Pod {
 }
 
 func (a *Agent) getNode() (*corev1.Node, error) {
-	obj, ok, err := a.nodeLister.GetByKey(a.cfg.NodeName)
+	obj, ok, err := a.nodeStore.GetByKey(a.cfg.NodeName)
 	if err != nil {
 		return nil, err
 	}
@@ -517,7 +497,7 @@ func (a *Agent) setNodeOwner(l *coordinationv1.Lease) error {
 // runtimeState folds the runtime's status and the PLEG's health into the
 // node's readiness, with the kubelet's messages.
 func (a *Agent) runtimeState(ctx context.Context) nodestatus.RuntimeState {
-	resp, err := a.cfg.Runtime.Status(ctx, false)
+	resp, err := a.cri.Status(ctx, false)
 	if err != nil {
 		return nodestatus.RuntimeState{Message: fmt.Sprintf("container runtime is down: %v", err)}
 	}

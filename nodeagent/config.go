@@ -37,7 +37,10 @@ type Config struct {
 	// DefaultKubeletConfiguration; a nil value means all defaults.
 	Kubelet *kubeletconfig.KubeletConfiguration
 
-	Client  kubernetes.Interface
+	Client kubernetes.Interface
+	// Runtime and Images are the node's CRI endpoint: its runtime service
+	// and its image service. The agent's own runtime manager
+	// (kuberuntime.Manager) runs pods through them.
 	Runtime internalapi.RuntimeService
 	Images  internalapi.ImageManagerService
 	// NetworkProber runs httpGet, tcpSocket and grpc probes. Emulated nodes

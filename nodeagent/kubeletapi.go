@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	crilogs "k8s.io/cri-client/pkg/logs"
+	"k8s.io/klog/v2"
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
@@ -41,22 +42,34 @@ type ServingConfig struct {
 // serves it, honouring opts.
 type LogReader func(ctx context.Context, containerID string, opts server.LogOptions, w io.Writer) error
 
-// listenKubeletAPI opens the kubelet port on the node's IP; Run serves it
-// once the agent's parts exist.
-func (a *Agent) listenKubeletAPI() (net.Listener, error) {
-	addr := net.JoinHostPort(a.cfg.NodeIP.String(), strconv.Itoa(a.cfg.Serving.Port))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("node %s: cannot serve the kubelet API on %s: %w; free the port or choose another with --kubelet-port", a.cfg.NodeName, addr, err)
-	}
-	return ln, nil
-}
-
-func (a *Agent) kubeletAPI() (*server.Server, error) {
+// newKubeletServer builds the kubelet API's server; Run listens and serves.
+func (a *Agent) newKubeletServer() (*server.Server, error) {
 	return server.New(server.Config{
 		NodeName: a.cfg.NodeName, Pods: a.podList, Summary: a.stats.Summary, Logs: a.containerLogs, Exec: a.exec, StreamURL: a.streamURL,
 		Authenticator: a.cfg.Serving.Authenticator, Authorizer: a.cfg.Serving.Authorizer, Clock: a.cfg.Clock,
 	})
+}
+
+// listenKubeletAPI opens the kubelet port on the node's IP, before the node
+// registers with the port it took; the server answers on it once the
+// agent's other parts have started.
+func (a *Agent) listenKubeletAPI(context.Context) error {
+	addr := net.JoinHostPort(a.cfg.NodeIP.String(), strconv.Itoa(a.cfg.Serving.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("node %s: cannot serve the kubelet API on %s: %w; free the port or choose another with --kubelet-port", a.cfg.NodeName, addr, err)
+	}
+	a.kubeletListener = ln
+	a.nodeStatusConfig.Identity.KubeletPort = int32(ln.Addr().(*net.TCPAddr).Port)
+	return nil
+}
+
+func (a *Agent) closeKubeletAPI() { _ = a.kubeletListener.Close() }
+
+func (a *Agent) serveKubeletAPI(ctx context.Context) {
+	if err := a.kubeletServer.Serve(ctx, a.kubeletListener, a.cfg.Serving.Cert); err != nil {
+		klog.FromContext(ctx).Error(err, "Kubelet API stopped")
+	}
 }
 
 // podList is the kubelet's /pods: the pods bound to the node that it knows.
@@ -80,7 +93,7 @@ func (a *Agent) containerID(ctx context.Context, namespace, name, container stri
 	if err != nil {
 		return "", err
 	}
-	rs, err := a.runtime.GetPodStatus(ctx, pod.UID)
+	rs, err := a.podRuntime.GetPodStatus(ctx, pod.UID)
 	if err != nil {
 		return "", err
 	}
@@ -128,7 +141,7 @@ func (a *Agent) containerLogs(ctx context.Context, namespace, name, container st
 // readLogFile reads the CRI log file a real runtime writes, with the
 // kubelet's own reader from k8s.io/cri-client.
 func (a *Agent) readLogFile(ctx context.Context, id string, opts server.LogOptions, w io.Writer) error {
-	resp, err := a.cfg.Runtime.ContainerStatus(ctx, id, false)
+	resp, err := a.cri.ContainerStatus(ctx, id, false)
 	if err != nil {
 		return err
 	}
@@ -136,7 +149,7 @@ func (a *Agent) readLogFile(ctx context.Context, id string, opts server.LogOptio
 	if opts.SinceTime != nil {
 		readOpts.Since = *opts.SinceTime
 	}
-	return crilogs.ReadLogs(ctx, resp.GetStatus().GetLogPath(), id, readOpts, a.cfg.Runtime, w, w)
+	return crilogs.ReadLogs(ctx, resp.GetStatus().GetLogPath(), id, readOpts, a.cri, w, w)
 }
 
 // exec runs a command through CRI ExecSync, turning a non-zero exit into an
@@ -146,7 +159,7 @@ func (a *Agent) exec(ctx context.Context, namespace, name, container string, cmd
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	stdout, stderr, err := a.cfg.Runtime.ExecSync(ctx, id, cmd, timeout)
+	stdout, stderr, err := a.cri.ExecSync(ctx, id, cmd, timeout)
 	var exit utilexec.ExitError
 	if errors.As(err, &exit) {
 		return stdout, stderr, int32(exit.ExitStatus()), nil
@@ -169,32 +182,32 @@ func (a *Agent) streamURL(ctx context.Context, req server.StreamRequest) (*url.U
 		}
 		if req.Kind == server.StreamExec {
 			var resp *runtimeapi.ExecResponse
-			resp, err = a.cfg.Runtime.Exec(ctx, &runtimeapi.ExecRequest{
+			resp, err = a.cri.Exec(ctx, &runtimeapi.ExecRequest{
 				ContainerId: id, Cmd: req.Cmd, Tty: req.TTY, Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr,
 			})
 			rawURL = resp.GetUrl()
 		} else {
 			var resp *runtimeapi.AttachResponse
-			resp, err = a.cfg.Runtime.Attach(ctx, &runtimeapi.AttachRequest{
+			resp, err = a.cri.Attach(ctx, &runtimeapi.AttachRequest{
 				ContainerId: id, Tty: req.TTY, Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr,
 			})
 			rawURL = resp.GetUrl()
 		}
 	case server.StreamPortForward:
 		var rs *kuberuntime.PodStatus
-		if rs, err = a.runtime.GetPodStatus(ctx, req.UID); err != nil {
+		if rs, err = a.podRuntime.GetPodStatus(ctx, req.UID); err != nil {
 			return nil, err
 		}
 		if len(rs.Sandboxes) == 0 {
 			return nil, fmt.Errorf("pod %s/%s has no sandbox to port-forward to yet; retry once it runs", req.Namespace, req.Pod)
 		}
 		var resp *runtimeapi.PortForwardResponse
-		resp, err = a.cfg.Runtime.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: rs.Sandboxes[0].Id, Port: req.Ports})
+		resp, err = a.cri.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: rs.Sandboxes[0].Id, Port: req.Ports})
 		rawURL = resp.GetUrl()
 	default:
 		return nil, fmt.Errorf("unknown streaming request %q for pod %s/%s", req.Kind, req.Namespace, req.Pod)
 	}
-	if status.Code(err) == codes.Unimplemented {
+	if grpcstatus.Code(err) == codes.Unimplemented {
 		return nil, fmt.Errorf("%w: %v", server.ErrStreamingUnsupported, err)
 	}
 	if err != nil {

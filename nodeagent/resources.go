@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/fleetlet/fleetlet/nodeagent/containergc"
 	"github.com/fleetlet/fleetlet/nodeagent/eviction"
@@ -18,30 +17,30 @@ import (
 
 // newResourceManagers builds the node's stats provider and the managers
 // that act on it: eviction, image GC and container GC.
-func (a *Agent) newResourceManagers(capacity corev1.ResourceList, events record.EventRecorder) error {
+func (a *Agent) newResourceManagers(capacity corev1.ResourceList) error {
 	cfg := &a.cfg
 	var err error
 	if a.stats, err = stats.New(stats.Config{
-		NodeName: cfg.NodeName, Runtime: cfg.Runtime, Images: cfg.Images, Capacity: capacity, Clock: cfg.Clock,
+		NodeName: cfg.NodeName, Runtime: a.cri, Images: cfg.Images, Capacity: capacity, Clock: cfg.Clock,
 	}); err != nil {
 		return err
 	}
 	if a.imageGC, err = images.NewManager(images.Config{
-		NodeName: cfg.NodeName, Runtime: cfg.Runtime, Images: cfg.Images, Kubelet: cfg.Kubelet,
-		ImageFs: a.stats.ImageFsStats, Clock: cfg.Clock, Events: events,
+		NodeName: cfg.NodeName, Runtime: a.cri, Images: cfg.Images, Kubelet: cfg.Kubelet,
+		ImageFs: a.stats.ImageFsStats, Clock: cfg.Clock, Events: a.events,
 	}); err != nil {
 		return err
 	}
 	if a.containerGC, err = containergc.NewManager(containergc.Config{
-		NodeName: cfg.NodeName, Runtime: cfg.Runtime, Policy: containergc.DefaultPolicy(), Pods: podState{a},
-		AllSourcesReady: func() bool { return a.sourcesReady != nil && a.sourcesReady() }, Clock: cfg.Clock,
+		NodeName: cfg.NodeName, Runtime: a.cri, Policy: containergc.DefaultPolicy(), Pods: podState{a},
+		AllSourcesReady: a.podSource.HasSynced, Clock: cfg.Clock,
 	}); err != nil {
 		return err
 	}
 	a.eviction, err = eviction.NewManager(eviction.Config{
 		NodeName: cfg.NodeName, Clock: cfg.Clock, Kubelet: cfg.Kubelet, Summary: a.stats.Summary,
 		ActivePods: a.activePods, KillPod: a.evict, DedicatedImageFs: a.stats.HasDedicatedImageFs(),
-		Images: a.imageGC, Containers: a.containerGC, Events: events,
+		Images: a.imageGC, Containers: a.containerGC, Events: a.events,
 	})
 	return err
 }
@@ -53,7 +52,7 @@ func (a *Agent) activePods() []*corev1.Pod {
 	defer a.mu.Unlock()
 	var active []*corev1.Pod
 	for uid := range a.admitted {
-		if p := a.pods[uid]; p != nil && (a.workers == nil || !a.workers.IsTerminated(uid)) {
+		if p := a.pods[uid]; p != nil && !a.workers.IsTerminated(uid) {
 			active = append(active, p)
 		}
 	}
@@ -69,7 +68,7 @@ const evictionWait = 10 * time.Second
 // the given grace period, as a deletion would. The pod object stays in the
 // API server, failed, as on a real kubelet.
 func (a *Agent) evict(ctx context.Context, pod *corev1.Pod, st corev1.PodStatus, gracePeriod int64) error {
-	prev, ok := a.statuses.Status(pod.UID)
+	prev, ok := a.statusManager.Status(pod.UID)
 	if !ok {
 		prev = pod.Status
 	}
@@ -86,7 +85,7 @@ func (a *Agent) evict(ctx context.Context, pod *corev1.Pod, st corev1.PodStatus,
 			final.Conditions = append(final.Conditions, c)
 		}
 	}
-	a.statuses.SetPodStatus(pod, *final)
+	a.statusManager.SetPodStatus(pod, *final)
 
 	kill := pod.DeepCopy()
 	kill.DeletionTimestamp = &metav1.Time{Time: a.cfg.Clock.Now()}
@@ -114,7 +113,7 @@ func (p podState) known(uid types.UID) (pod *corev1.Pod, terminated bool) {
 	p.a.mu.Lock()
 	pod = p.a.pods[uid]
 	p.a.mu.Unlock()
-	return pod, p.a.workers != nil && p.a.workers.IsTerminated(uid)
+	return pod, p.a.workers.IsTerminated(uid)
 }
 
 // ShouldPodContentBeRemoved implements containergc.PodStateProvider.

@@ -12,7 +12,7 @@ import (
 	"github.com/fleetlet/fleetlet/nodeagent/envvars"
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
-	"github.com/fleetlet/fleetlet/nodeagent/status"
+	podstatus "github.com/fleetlet/fleetlet/nodeagent/status"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -21,7 +21,7 @@ import (
 // The status that follows (Running, Ready) is reported on the sync the PLEG
 // triggers when it sees the containers start, as on a real kubelet.
 func (a *Agent) SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, err error) {
-	rs, err := a.runtime.GetPodStatus(ctx, pod.UID)
+	rs, err := a.podRuntime.GetPodStatus(ctx, pod.UID)
 	if err != nil {
 		return false, err
 	}
@@ -38,7 +38,7 @@ func (a *Agent) SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, er
 		return false, err
 	}
 	a.cfg.Recorder.Mark(pod.UID, reports.VolumesMounted, a.cfg.Clock.Now())
-	if err := a.runtime.SyncPod(ctx, pod, rs, a.probes); err != nil {
+	if err := a.podRuntime.SyncPod(ctx, pod, rs, a.probes); err != nil {
 		return false, err
 	}
 	// The kubelet relists a pod right after a sync that succeeded
@@ -64,7 +64,7 @@ func (a *Agent) containerOptions(ctx context.Context, pod *corev1.Pod, c *corev1
 			if pod.Spec.HostNetwork {
 				return hostIPs, nil
 			}
-			rs, err := a.runtime.GetPodStatus(ctx, pod.UID)
+			rs, err := a.podRuntime.GetPodStatus(ctx, pod.UID)
 			if err != nil {
 				return nil, err
 			}
@@ -99,7 +99,7 @@ const (
 // activeDeadlineSeconds, counted from its startTime, as the kubelet's
 // activeDeadlineHandler does; before that, it asks for a sync at the deadline.
 func (a *Agent) pastActiveDeadline(pod *corev1.Pod) bool {
-	prev, _ := a.statuses.Status(pod.UID)
+	prev, _ := a.statusManager.Status(pod.UID)
 	if pod.Spec.ActiveDeadlineSeconds == nil || prev.StartTime == nil {
 		return false
 	}
@@ -111,7 +111,7 @@ func (a *Agent) pastActiveDeadline(pod *corev1.Pod) bool {
 	a.events.Event(pod, corev1.EventTypeWarning, reasonDeadlineExceeded, messageDeadlineExceeded)
 	st := *prev.DeepCopy()
 	st.Phase, st.Reason, st.Message = corev1.PodFailed, reasonDeadlineExceeded, messageDeadlineExceeded
-	a.statuses.SetPodStatus(pod, st)
+	a.statusManager.SetPodStatus(pod, st)
 	return true
 }
 
@@ -120,14 +120,14 @@ func (a *Agent) pastActiveDeadline(pod *corev1.Pod) bool {
 func (a *Agent) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, gracePeriod int64) error {
 	// Readiness keeps being probed while the pod stops, as on the kubelet.
 	a.probes.StopLivenessAndStartup(pod.UID)
-	rs, err := a.runtime.GetPodStatus(ctx, pod.UID)
+	rs, err := a.podRuntime.GetPodStatus(ctx, pod.UID)
 	if err != nil {
 		return err
 	}
-	if err := a.runtime.KillPod(ctx, pod, rs, gracePeriod); err != nil {
+	if err := a.podRuntime.KillPod(ctx, pod, rs, gracePeriod); err != nil {
 		return err
 	}
-	if rs, err = a.runtime.GetPodStatus(ctx, pod.UID); err != nil {
+	if rs, err = a.podRuntime.GetPodStatus(ctx, pod.UID); err != nil {
 		return err
 	}
 	a.setStatus(pod, rs, true)
@@ -137,31 +137,31 @@ func (a *Agent) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, gracePe
 // SyncTerminatedPod removes the pod's containers and sandbox and lets the
 // status manager finish the deletion in the API server.
 func (a *Agent) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error {
-	rs, err := a.runtime.GetPodStatus(ctx, pod.UID)
+	rs, err := a.podRuntime.GetPodStatus(ctx, pod.UID)
 	if err != nil {
 		return err
 	}
-	if err := a.runtime.RemovePod(ctx, rs); err != nil {
+	if err := a.podRuntime.RemovePod(ctx, rs); err != nil {
 		return err
 	}
-	a.runtime.Forget(pod)
+	a.podRuntime.Forget(pod)
 	a.probes.RemovePod(pod.UID)
 	if err := a.volumes.CleanupPod(pod.UID); err != nil {
 		return fmt.Errorf("cleaning up the volumes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	a.statuses.TerminatePod(pod.UID)
+	a.statusManager.TerminatePod(pod.UID)
 	return nil
 }
 
 // setStatus generates the pod's status, hands it to the status manager and
 // returns its phase.
 func (a *Agent) setStatus(pod *corev1.Pod, rs *kuberuntime.PodStatus, terminal bool) corev1.PodPhase {
-	prev, ok := a.statuses.Status(pod.UID)
+	prev, ok := a.statusManager.Status(pod.UID)
 	if !ok {
 		prev = pod.Status
 	}
-	st := status.Generate(status.Input{
-		Pod: pod, Runtime: rs, Waiting: a.runtime.Waiting(pod.UID), Probes: a.probes, Previous: prev,
+	st := podstatus.Generate(podstatus.Input{
+		Pod: pod, Runtime: rs, Waiting: a.podRuntime.Waiting(pod.UID), Probes: a.probes, Previous: prev,
 		NodeIP: a.cfg.NodeIP, RuntimeName: a.runtimeName, Now: a.cfg.Clock.Now(),
 		// A pod already terminal keeps its phase through its teardown.
 		Terminal: terminal && prev.Phase != corev1.PodSucceeded && prev.Phase != corev1.PodFailed,
@@ -169,7 +169,7 @@ func (a *Agent) setStatus(pod *corev1.Pod, rs *kuberuntime.PodStatus, terminal b
 	if terminal && (prev.Phase == corev1.PodSucceeded || prev.Phase == corev1.PodFailed) {
 		st.Phase, st.Reason, st.Message = prev.Phase, prev.Reason, prev.Message
 	}
-	a.statuses.SetPodStatus(pod, st)
+	a.statusManager.SetPodStatus(pod, st)
 	return st.Phase
 }
 

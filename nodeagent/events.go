@@ -1,0 +1,68 @@
+package nodeagent
+
+import (
+	"context"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+)
+
+// eventRecorder is the agent's record.EventRecorder, and the runnable that
+// starts and stops the broadcaster sending its events to the API server, as
+// the kubelet's. The parts New builds record through it; the broadcaster
+// exists only while the agent runs, because client-go's starts goroutines as
+// it is made. Events recorded while it does not exist are dropped, as a
+// broadcaster that was shut down drops them.
+type eventRecorder struct {
+	client kubernetes.Interface
+	source corev1.EventSource
+
+	broadcaster record.EventBroadcaster
+	recorder    atomic.Value // of record.EventRecorder, while running
+}
+
+func newEventRecorder(client kubernetes.Interface, nodeName string) *eventRecorder {
+	return &eventRecorder{client: client, source: corev1.EventSource{Component: "kubelet", Host: nodeName}}
+}
+
+// Start implements runnable.
+func (e *eventRecorder) Start(ctx context.Context) error {
+	e.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
+	e.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.client.CoreV1().Events("")})
+	e.recorder.Store(e.broadcaster.NewRecorder(scheme.Scheme, e.source))
+	return nil
+}
+
+// Wait implements runnable.
+func (e *eventRecorder) Wait() { e.broadcaster.Shutdown() }
+
+func (e *eventRecorder) current() record.EventRecorder {
+	r, _ := e.recorder.Load().(record.EventRecorder)
+	return r
+}
+
+// Event implements record.EventRecorder.
+func (e *eventRecorder) Event(obj runtime.Object, eventType, reason, message string) {
+	if r := e.current(); r != nil {
+		r.Event(obj, eventType, reason, message)
+	}
+}
+
+// Eventf implements record.EventRecorder.
+func (e *eventRecorder) Eventf(obj runtime.Object, eventType, reason, messageFmt string, args ...any) {
+	if r := e.current(); r != nil {
+		r.Eventf(obj, eventType, reason, messageFmt, args...)
+	}
+}
+
+// AnnotatedEventf implements record.EventRecorder.
+func (e *eventRecorder) AnnotatedEventf(obj runtime.Object, annotations map[string]string, eventType, reason, messageFmt string, args ...any) {
+	if r := e.current(); r != nil {
+		r.AnnotatedEventf(obj, annotations, eventType, reason, messageFmt, args...)
+	}
+}
