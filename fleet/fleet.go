@@ -118,6 +118,10 @@ type Fleet struct {
 	members   []*Member
 	informers *SharedInformers
 	serving   *nodeagent.ServingConfig
+	// probes times and runs every agent's probes: one delaying queue and
+	// a few workers for the fleet, as KWOK serves every node's lease, not
+	// a queue per agent.
+	probes *prober.Queue
 }
 
 // New builds every agent of the fleet; nothing talks to the API server yet.
@@ -180,16 +184,19 @@ func New(cfg Config) (*Fleet, error) {
 		}
 		f.serving = &nodeagent.ServingConfig{Port: api.Port, Cert: cert, Authenticator: authn, Authorizer: authz}
 	}
+	f.probes = prober.NewQueue(prober.QueueConfig{Clock: cfg.Clock})
 	ip := cfg.FirstIP
 	for _, pool := range cfg.Pools {
 		for i := range pool.Count {
 			if !ip.IsLoopback() {
 				f.close()
+				stopUnstarted(f.probes)
 				return nil, fmt.Errorf("fleet: ran out of loopback addresses at node %d of pool %s; start from a lower first IP", i, pool.Name)
 			}
 			m, err := f.newMember(pool, fmt.Sprintf("%s%s-%d", cfg.NamePrefix, pool.Name, i), net.IP(ip.AsSlice()))
 			if err != nil {
 				f.close()
+				stopUnstarted(f.probes)
 				return nil, err
 			}
 			f.members = append(f.members, m)
@@ -236,7 +243,7 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error
 	agentCfg := nodeagent.Config{
 		NodeName: name, NodeIP: ip, Capacity: pool.Capacity, Labels: withPoolLabel(pool), Taints: pool.Taints,
 		Kubelet: kc, Client: client, Runtime: rt.Runtime, Images: rt.Images, NetworkProber: rt.Prober, Logs: rt.Logs,
-		Recorder: f.cfg.Recorder, Clock: f.cfg.Clock, Serving: f.serving,
+		Recorder: f.cfg.Recorder, Clock: f.cfg.Clock, Serving: f.serving, ProbeQueue: f.probes,
 	}
 	if f.informers != nil {
 		agentCfg.Informers = f.informers
@@ -293,6 +300,9 @@ func (f *Fleet) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); f.informers.Run(ctx) }()
 	}
+	if err := f.probes.Start(ctx); err != nil {
+		return err
+	}
 	for _, m := range f.members {
 		delay := time.Duration(0)
 		if f.cfg.StartJitter > 0 {
@@ -319,8 +329,17 @@ func (f *Fleet) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	f.probes.Wait()
 	f.close()
 	return errors.Join(errs...)
+}
+
+// stopUnstarted stops a probe queue that will never run: its delaying
+// queue's waiting loop runs from its making until it is stopped.
+func stopUnstarted(q *prober.Queue) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = q.Start(ctx)
 }
 
 func (f *Fleet) close() {

@@ -157,7 +157,7 @@ func New(cfg Config) (*Agent, error) {
 		network = prober.NewHTTPRunner(nil)
 	}
 	a.probes = prober.NewManager(prober.Config{
-		Clock: cfg.Clock, Events: a.events, Seed: nodeSeed(cfg.NodeName),
+		Clock: cfg.Clock, Events: a.events, Seed: nodeSeed(cfg.NodeName), Queue: cfg.ProbeQueue,
 		Runner: prober.Join(prober.ExecViaCRI(a.cri), network),
 	})
 	a.pleg = pleg.NewGeneric(a.cri, cfg.Clock, pleg.RelistPeriod)

@@ -64,6 +64,10 @@ type Config struct {
 	Host     *kuberuntime.Host
 	Recorder reports.Recorder
 	Clock    clock.WithTickerAndDelayedExecution
+	// ProbeQueue, when set, times and runs this agent's probes with those of
+	// the other agents on it (a fleet's one queue, on the same Clock); nil
+	// gives the agent a queue of its own.
+	ProbeQueue *prober.Queue
 }
 
 // SharedInformers are one pod informer and one node informer serving many
