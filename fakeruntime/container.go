@@ -3,6 +3,7 @@ package fakeruntime
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -52,9 +54,10 @@ type container struct {
 	annotations map[string]string
 	logPath     string
 	resources   *runtimeapi.ContainerResources
-	// mounts are the config's own: CreateContainer's caller hands them
-	// over, as a gRPC request's decoded copy would be.
-	mounts []*runtimeapi.Mount
+	// config is CreateContainer's, handed over as a gRPC request's decoded
+	// copy would be: its mounts are in every status, and the whole of it in
+	// a verbose one, as containerd keeps it for `crictl inspect`.
+	config *runtimeapi.ContainerConfig
 
 	createdAt int64
 	runState  // state, startedAt, finishedAt, exitCode, reason
@@ -195,7 +198,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	if res := config.GetLinux().GetResources(); res != nil {
 		c.resources = &runtimeapi.ContainerResources{Linux: proto.Clone(res).(*runtimeapi.LinuxContainerResources)}
 	}
-	c.mounts = config.GetMounts()
+	c.config = config
 	c.planOOM(0)
 	r.containers[c.id] = c
 	r.names[name] = c.id
@@ -407,7 +410,25 @@ func (r *Runtime) ContainerStatus(ctx context.Context, containerID string, verbo
 		return nil, err
 	}
 	c.settle(r.now())
-	return &runtimeapi.ContainerStatusResponse{Status: c.toStatus()}, nil
+	resp := &runtimeapi.ContainerStatusResponse{Status: c.toStatus()}
+	if verbose {
+		// containerd's verbose info: one JSON document under "info" with,
+		// among others, the sandbox and the config the container was
+		// created from (its environment, mounts, command).
+		config, err := protojson.Marshal(c.config)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "ContainerStatus %s: encoding its config: %v", c.id, err)
+		}
+		info, err := json.Marshal(struct {
+			SandboxID string          `json:"sandboxID"`
+			Config    json.RawMessage `json:"config"`
+		}{c.sandboxID, config})
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "ContainerStatus %s: encoding its info: %v", c.id, err)
+		}
+		resp.Info = map[string]string{"info": string(info)}
+	}
+	return resp, nil
 }
 
 // UpdateContainerResources replaces the container's resources; ContainerStatus
@@ -519,7 +540,7 @@ func (c *container) toStatus() *runtimeapi.ContainerStatus {
 		Annotations: maps.Clone(c.annotations),
 		LogPath:     c.logPath,
 		ImageId:     c.imageID,
-		Mounts:      c.mounts,
+		Mounts:      c.config.GetMounts(),
 	}
 	if c.resources != nil {
 		st.Resources = proto.Clone(c.resources).(*runtimeapi.ContainerResources)

@@ -2,11 +2,13 @@ package fakeruntime
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -322,5 +324,48 @@ func TestIDPrefixLookup(t *testing.T) {
 		t.Error("ambiguous prefix resolved")
 	} else {
 		wantCode(t, "ambiguous prefix", err, codes.InvalidArgument)
+	}
+}
+
+// TestVerboseContainerStatus: as containerd's, a verbose status carries the
+// config the container was created from, so that `crictl inspect` shows its
+// environment and mounts.
+func TestVerboseContainerStatus(t *testing.T) {
+	rt, _ := newTestRuntime(t, Behaviour{})
+	ctx := context.Background()
+	imageID := pull(t, rt, busyboxImage)
+	pod := podConfig("web-0")
+	sbID := runPod(t, rt, pod)
+	cfg := containerConfig(pod, "app", imageID)
+	cfg.Envs = []*runtimeapi.KeyValue{{Key: "POD_NAME", Value: []byte("web-0")}}
+	cfg.Mounts = []*runtimeapi.Mount{{ContainerPath: "/scratch", HostPath: "/var/lib/kubelet/pods/u/volumes/scratch"}}
+	id, err := rt.CreateContainer(ctx, sbID, cfg, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := rt.ContainerStatus(ctx, id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.Info != nil || len(plain.Status.Mounts) != 1 || plain.Status.Mounts[0].ContainerPath != "/scratch" {
+		t.Errorf("plain status: info %v, mounts %v; want no info and the config's mount", plain.Info, plain.Status.Mounts)
+	}
+	verbose, err := rt.ContainerStatus(ctx, id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		SandboxID string          `json:"sandboxID"`
+		Config    json.RawMessage `json:"config"`
+	}
+	config := &runtimeapi.ContainerConfig{}
+	if err := json.Unmarshal([]byte(verbose.Info["info"]), &info); err != nil {
+		t.Fatalf("verbose info %q: %v", verbose.Info["info"], err)
+	}
+	if err := protojson.Unmarshal(info.Config, config); err != nil {
+		t.Fatalf("verbose info's config %s: %v", info.Config, err)
+	}
+	if info.SandboxID != sbID || len(config.GetEnvs()) != 1 || string(config.Envs[0].Value) != "web-0" || config.GetMetadata().GetName() != "app" {
+		t.Errorf("verbose info = %s, want the sandbox and the config with its environment", verbose.Info["info"])
 	}
 }

@@ -3,7 +3,6 @@ package fleet
 import (
 	"context"
 	"net"
-	"runtime"
 	"testing"
 	"time"
 
@@ -19,24 +18,6 @@ import (
 	"github.com/fleetlet/fleetlet/internal/testutil"
 	"github.com/fleetlet/fleetlet/nodeagent"
 )
-
-// settledGoroutines is the number of goroutines once it has held still for
-// a few samples: transient ones (a timer's callback) come and go.
-func settledGoroutines() int {
-	last, same := -1, 0
-	for range 200 {
-		n := runtime.NumGoroutine()
-		if n == last {
-			if same++; same == 5 {
-				return n
-			}
-		} else {
-			last, same = n, 0
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return last
-}
 
 // TestAgentInEachWatchMode runs one agent on its own watches and one on the
 // fleet's shared informers. Each registers, turns Ready, runs a pod its pod
@@ -67,7 +48,7 @@ func TestAgentInEachWatchMode(t *testing.T) {
 				close(informersDone)
 			}
 
-			before := settledGoroutines()
+			before := testutil.SettledGoroutines()
 			clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC))
 			rt := fakeruntime.New(fakeruntime.Config{Clock: clk})
 			cfg := nodeagent.Config{
@@ -118,7 +99,7 @@ func TestAgentInEachWatchMode(t *testing.T) {
 			})
 			// A minute on, every loop has ticked and is idle again.
 			clk.Step(time.Minute)
-			if got := settledGoroutines() - before; got > tc.goroutines {
+			if got := testutil.SettledGoroutines() - before; got > tc.goroutines {
 				t.Errorf("an idle agent holds %d goroutines, want at most %d", got, tc.goroutines)
 			} else {
 				t.Logf("an idle agent holds %d goroutines", got)

@@ -105,9 +105,12 @@ var defaultFirstIP = netip.AddrFrom4([4]byte{127, 1, 0, 1})
 
 // Member is one agent of the fleet.
 type Member struct {
-	Name  string
-	IP    net.IP
-	Pool  string
+	Name string
+	IP   net.IP
+	Pool string
+	// CRI is the node's runtime service, to look at what its agent made
+	// there, as crictl does on a node.
+	CRI   internalapi.RuntimeService
 	agent *nodeagent.Agent
 	close func() error
 }
@@ -255,7 +258,7 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error
 		}
 		return nil, err
 	}
-	return &Member{Name: name, IP: ip, Pool: pool.Name, agent: agent, close: rt.Close}, nil
+	return &Member{Name: name, IP: ip, Pool: pool.Name, CRI: rt.Runtime, agent: agent, close: rt.Close}, nil
 }
 
 // PoolLabel names the pool a node belongs to.

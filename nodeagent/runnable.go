@@ -69,36 +69,45 @@ func (s step) Wait() {
 }
 
 // runParts starts parts in order, skipping those without a runnable, and,
-// once ctx ends, stops them in reverse. Each part has a context of its own,
-// which carries ctx's values but ends only when the part is stopped, so that
-// a part never stops before those started after it; while the part starts,
-// the end of ctx ends it too, so that a start that waits (a registration, a
-// cache sync) gives up with the agent. If a part fails to start, the parts
-// started before it are stopped and its error is returned.
+// once ctx ends, stops them: every part's context ends at once, as the
+// agent's one context did before it had parts, and then each is waited for
+// in reverse, so that a part releases what it holds only once the parts
+// started after it have stopped. Ending the contexts one at a time instead
+// would keep the lease renewing while the later parts stop, and cut more of
+// its updates off in flight. While a part starts, the end of ctx ends its
+// start, so that a start that waits (a registration, a cache sync) gives up
+// with the agent. If a part fails to start, the parts started before it are
+// stopped the same way and its error is returned.
 func runParts(ctx context.Context, parts []part) error {
 	logger := klog.FromContext(ctx)
-	var stops []func()
+	// The parts' context carries ctx's values; it ends when runParts
+	// returns, not before.
+	partsCtx, stopAll := context.WithCancel(context.WithoutCancel(ctx))
+	var waits []func()
 	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
+		stopAll()
+		for i := len(waits) - 1; i >= 0; i-- {
+			waits[i]()
 		}
 	}()
 	for _, p := range parts {
 		if p.runnable == nil {
 			continue
 		}
-		partCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		unlink := context.AfterFunc(ctx, cancel)
+		startCtx, cancelStart := context.WithCancel(partsCtx)
+		unlink := context.AfterFunc(ctx, cancelStart)
 		logger.V(4).Info("Starting", "part", p.name)
-		err := p.Start(partCtx)
+		// The part keeps startCtx, which ends with partsCtx: cancelStart
+		// only ends a start that ctx's end interrupted.
+		err := p.Start(startCtx)
 		unlink()
 		if err != nil {
-			cancel()
+			cancelStart()
 			return err
 		}
-		stops = append(stops, func() {
-			cancel()
+		waits = append(waits, func() {
 			p.Wait()
+			cancelStart()
 			logger.V(4).Info("Stopped", "part", p.name)
 		})
 	}

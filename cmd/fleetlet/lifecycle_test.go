@@ -4,16 +4,20 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	internalapi "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/fleetlet/fleetlet/loadprofiles"
 )
@@ -210,8 +214,25 @@ func TestLifecycleProfile(t *testing.T) {
 	})
 
 	t.Run("volumes and environment", func(t *testing.T) {
-		if p := pods["config"]; p.Status.Phase != corev1.PodRunning || condition(p.Status.Conditions, corev1.PodReady) != corev1.ConditionTrue {
-			t.Errorf("pod with emptyDir, downwardAPI, a projected token and env from kube-root-ca.crt: %s", describe(p))
+		p := pods["config"]
+		if p.Status.Phase != corev1.PodRunning || condition(p.Status.Conditions, corev1.PodReady) != corev1.ConditionTrue {
+			t.Fatalf("pod with emptyDir, downwardAPI, a projected token and env from kube-root-ca.crt: %s", describe(p))
+		}
+		// What the agent handed its runtime, as crictl inspect shows it on a
+		// node: a mount for every volumeMount of the spec (the projected
+		// token's among them, which admission added), and the environment
+		// resolved from the pod and from the kube-root-ca.crt ConfigMap.
+		mounts, envs := containerConfig(ctx, t, s, p)
+		for _, vm := range p.Spec.Containers[0].VolumeMounts {
+			if !mounts[vm.MountPath] {
+				t.Errorf("volume %s is not mounted at %s: the runtime has mounts %v", vm.Name, vm.MountPath, mounts)
+			}
+		}
+		if envs["POD_NAME"] != p.Name {
+			t.Errorf("POD_NAME = %q, want the pod's name %q", envs["POD_NAME"], p.Name)
+		}
+		if !strings.HasPrefix(envs["CA"], "-----BEGIN CERTIFICATE-----") {
+			t.Errorf("CA = %.40q, want kube-root-ca.crt's ca.crt", envs["CA"])
 		}
 	})
 	t.Run("missing volume source", func(t *testing.T) {
@@ -256,4 +277,49 @@ func TestLifecycleProfile(t *testing.T) {
 	if ev := kubeletEvents(ctx, t, client, pods["graceful"]); ev["Killing"] == 0 {
 		t.Errorf("graceful pod events %v, want Killing", ev)
 	}
+}
+
+// containerConfig reads, from the CRI of pod's node, the mounts (by
+// container path) and the environment of pod's running app container.
+func containerConfig(ctx context.Context, t *testing.T, s *profileRun, pod *corev1.Pod) (mounts map[string]bool, envs map[string]string) {
+	t.Helper()
+	var cri internalapi.RuntimeService
+	for _, m := range s.fleet.Members() {
+		if m.Name == pod.Spec.NodeName {
+			cri = m.CRI
+		}
+	}
+	if cri == nil {
+		t.Fatalf("pod %s is on node %q, which is not the fleet's", pod.Name, pod.Spec.NodeName)
+	}
+	containers, err := cri.ListContainers(ctx, &runtimeapi.ContainerFilter{
+		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{"io.kubernetes.pod.uid": string(pod.UID)},
+	})
+	if err != nil || len(containers) != 1 {
+		t.Fatalf("running containers of pod %s on its node: %d, %v; want 1", pod.Name, len(containers), err)
+	}
+	st, err := cri.ContainerStatus(ctx, containers[0].Id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts = map[string]bool{}
+	for _, m := range st.Status.GetMounts() {
+		mounts[m.ContainerPath] = true
+	}
+	var info struct {
+		Config json.RawMessage `json:"config"`
+	}
+	config := &runtimeapi.ContainerConfig{}
+	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
+		t.Fatalf("verbose status of container %s: %v", containers[0].Id, err)
+	}
+	if err := protojson.Unmarshal(info.Config, config); err != nil {
+		t.Fatalf("config of container %s: %v", containers[0].Id, err)
+	}
+	envs = map[string]string{}
+	for _, kv := range config.GetEnvs() {
+		envs[kv.Key] = string(kv.Value)
+	}
+	return mounts, envs
 }

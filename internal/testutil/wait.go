@@ -4,6 +4,7 @@ package testutil
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -26,4 +27,24 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 	if err != nil {
 		t.Fatalf("timed out after %v waiting until %s", Patience, what)
 	}
+}
+
+// SettledGoroutines is the number of goroutines once it has held still for
+// five samples 10 ms apart (for at most 5 s): transient ones, such as a
+// timer's callback, come and go. Tests that bound the goroutines a part
+// costs count with it, since a fleet multiplies each by thousands of nodes.
+func SettledGoroutines() int {
+	last, same := -1, 0
+	for range 500 {
+		n := runtime.NumGoroutine()
+		if n == last {
+			if same++; same == 5 {
+				return n
+			}
+		} else {
+			last, same = n, 0
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return last
 }

@@ -254,23 +254,6 @@ func (g *gatedRunner) Network(context.Context, Kind, *corev1.Pod, *corev1.Contai
 	return Success, "", nil
 }
 
-// settledGoroutines is the goroutine count once it has held still a while.
-func settledGoroutines() int {
-	last, same := -1, 0
-	for range 500 {
-		n := runtime.NumGoroutine()
-		if n == last {
-			if same++; same == 5 {
-				return n
-			}
-		} else {
-			last, same = n, 0
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return last
-}
-
 // TestGoroutinesPerNode counts what probing 1,000 containers costs: a
 // Manager on its own queue takes the queue's waiting loop while idle and
 // the pool besides while probes run (Run's own goroutine aside); Managers on
@@ -294,7 +277,7 @@ func TestGoroutinesPerNode(t *testing.T) {
 	measure := func(t *testing.T, nodes int, shared bool, run bool) (idle, probing int) {
 		clk := clocktesting.NewFakeClock(t0)
 		runner := &gatedRunner{}
-		base := settledGoroutines()
+		base := testutil.SettledGoroutines()
 		ctx, cancel := context.WithCancel(context.Background())
 		var q *Queue
 		if shared {
@@ -325,11 +308,11 @@ func TestGoroutinesPerNode(t *testing.T) {
 		}
 		consumers := nodes
 		testutil.WaitFor(t, "the first probes ran", func() bool { return runner.total() == nodes*containers })
-		idle = settledGoroutines() - base - consumers
+		idle = testutil.SettledGoroutines() - base - consumers
 		gate := make(chan struct{})
 		runner.set(gate)
 		clk.Step(10 * time.Second)
-		probing = settledGoroutines() - base - consumers
+		probing = testutil.SettledGoroutines() - base - consumers
 		close(gate)
 		cancel()
 		for _, m := range ms {
