@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/viper"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/wait"
 	remote "k8s.io/cri-client/pkg"
 
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
@@ -163,24 +162,20 @@ func runtimeFactory(ctx context.Context, mode string, b fakeruntime.Behaviour) (
 func serveFakeSocket(ctx context.Context, socket string, b fakeruntime.Behaviour) (fleet.Runtime, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	rt := fakeruntime.New(fakeruntime.Config{Behaviour: b})
+	// Listening before the client dials, rather than polling for the
+	// socket's file: the file exists from the bind, a moment before the
+	// listen, and a dial in between is refused.
+	lis, _, err := fakeruntime.Listen(socket)
+	if err != nil {
+		cancel()
+		return fleet.Runtime{}, err
+	}
 	served := make(chan error, 1)
-	go func() { served <- fakeruntime.Serve(ctx, socket, rt) }()
+	go func() { served <- fakeruntime.ServeListener(ctx, lis, rt) }()
 	fail := func(err error) (fleet.Runtime, error) {
 		cancel()
+		<-served
 		return fleet.Runtime{}, fmt.Errorf("fake runtime on %s: %w", socket, err)
-	}
-	// The client fails its first call if the socket is not listening yet.
-	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		select {
-		case err := <-served:
-			return false, fmt.Errorf("server stopped: %w", err)
-		default:
-		}
-		_, err := os.Stat(socket)
-		return err == nil, nil
-	})
-	if err != nil {
-		return fail(err)
 	}
 	endpoint := "unix://" + socket
 	runtimeService, err := remote.NewRemoteRuntimeService(ctx, endpoint, 2*time.Minute, nil, false)
