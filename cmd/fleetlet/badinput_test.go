@@ -62,7 +62,10 @@ const kubeconfigHead = "apiVersion: v1\nkind: Config\n"
 // within badInputDeadline, without a panic, leaving no file behind but the
 // case's own inputs (unchanged) and no process running.
 func TestBadInputs(t *testing.T) {
-	report := validReport(t)
+	started := time.Now()
+	report := reportStartedAt(t, started)
+	// Another shard of the same run: it started a moment later.
+	otherShard := reportStartedAt(t, started.Add(time.Millisecond))
 	cases := []struct {
 		name  string
 		args  []string
@@ -180,7 +183,7 @@ func TestBadInputs(t *testing.T) {
 			files: map[string]string{"a.json": report, "b.json": report}, want: []string{"same run"}},
 		{name: "merge without --out", args: []string{"report", "merge", "a.json", "b.json"}, want: []string{"--out is required"}},
 		{name: "merge into a directory holding a report", args: []string{"report", "merge", "--out", ".", "a.json", "b.json"},
-			files: map[string]string{"a.json": report, "b.json": otherShard(t, report), "report.json": report}, want: []string{"already holds report.json"}},
+			files: map[string]string{"a.json": report, "b.json": otherShard, "report.json": report}, want: []string{"already holds report.json"}},
 	}
 	if len(cases) < 30 {
 		t.Fatalf("only %d cases", len(cases))
@@ -339,12 +342,11 @@ func keys(m map[string]string) []string {
 	return out
 }
 
-// validReport is a small report as a run writes it: one pod's phases, with
-// their histograms.
-func validReport(t *testing.T) string {
+// reportStartedAt is a small report as a run started at writes it: one
+// pod's phases, with their histograms.
+func reportStartedAt(t *testing.T, at time.Time) string {
 	t.Helper()
 	c := reports.NewCollector()
-	at := time.Now()
 	for i, m := range []reports.Milestone{reports.Created, reports.Scheduled, reports.AgentObserved, reports.RunningReported, reports.RunningObserved} {
 		c.Mark(types.UID("pod-1"), m, at.Add(time.Duration(i)*time.Millisecond))
 	}
@@ -355,28 +357,6 @@ func validReport(t *testing.T) string {
 		SLIs:   reports.Summaries(c.Phases(reports.SLIPhases)),
 	}
 	path := filepath.Join(t.TempDir(), "report.json")
-	if err := reports.WriteJSON(path, rep); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(data)
-}
-
-// otherShard is report as another shard of the same run would write it.
-func otherShard(t *testing.T, report string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "r.json")
-	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := reports.ReadJSON(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep.StartedAt = rep.StartedAt.Add(time.Millisecond)
 	if err := reports.WriteJSON(path, rep); err != nil {
 		t.Fatal(err)
 	}

@@ -59,12 +59,10 @@ type sessionOptions struct {
 	DebugCollectors []prometheus.Collector
 }
 
-// optionsFrom reads the cluster and fleet flags, checked, into options for
-// profile p with the control plane's data in dir.
+// optionsFrom reads the cluster and fleet flags into options for profile p
+// with the control plane's data in dir. The commands check the flags first
+// (preflight); only --first-ip is parsed here.
 func optionsFrom(v *viper.Viper, p *loadprofiles.Profile, dir string) (sessionOptions, error) {
-	if err := checkFleetFlags(v); err != nil {
-		return sessionOptions{}, err
-	}
 	firstIP, err := parseLoopback(v.GetString("first-ip"))
 	if err != nil {
 		return sessionOptions{}, err
