@@ -1,10 +1,15 @@
 // Package envvars resolves a container's environment as the kubelet's
 // makeEnvironmentVariables does: envFrom ConfigMaps and Secrets first, then
 // env in declared order with $(VAR) expansion, values from ConfigMap and
-// Secret keys, the downward API's fields and the container's resources.
+// Secret keys, the downward API's fields and the container's resources, then
+// the service links that neither set.
 //
-// Service links (the {SVC}_SERVICE_HOST variables of enableServiceLinks) are
-// not injected: they would need every agent to watch every Service.
+// Service links are the {SVC}_SERVICE_HOST, {SVC}_SERVICE_PORT and
+// Docker-link {SVC}_PORT_{PORT}_{PROTO} variables of every Service with a
+// cluster IP in the pod's namespace when pod.spec.enableServiceLinks is true,
+// and always of the master service, default/kubernetes, as the kubelet's
+// getServiceEnvVarMap makes them. A $(VAR) in an env value sees them after
+// the variables set so far.
 package envvars
 
 import (
@@ -42,14 +47,41 @@ type Input struct {
 	// Allocatable is the node's allocatable, which resourceFieldRef reports
 	// for a limit the container does not set, as the kubelet does.
 	Allocatable corev1.ResourceList
+	// Services returns every Service the node knows, in any namespace, as
+	// the kubelet's serviceLister.List(labels.Everything()) does; Make picks
+	// those of the pod's namespace and the master service itself. Its error,
+	// ErrServicesNotSynced before the node's watch has listed once, is
+	// Make's. Nil means no service links at all, as for a kubelet without
+	// an API server.
+	Services func() ([]*corev1.Service, error)
 }
 
 // Make returns the container's environment, sorted by name, or the error the
-// kubelet reports as CreateContainerConfigError: a required ConfigMap,
-// Secret or key that is missing.
+// kubelet reports as CreateContainerConfigError: Services failing, a required
+// ConfigMap, Secret or key that is missing. It is the kubelet's
+// makeEnvironmentVariables, pod.spec.enableServiceLinks unset reading as
+// true, its API default, where the kubelet refuses the pod.
 func Make(ctx context.Context, src Sources, in Input) ([]*runtimeapi.KeyValue, error) {
 	pod, c := in.Pod, in.Container
-	env := map[string]string{}
+	var serviceEnv map[string]string
+	if in.Services != nil {
+		services, err := in.Services()
+		if err != nil {
+			return nil, err
+		}
+		enableServiceLinks := pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks
+		serviceEnv = serviceEnvVarMap(services, pod.Namespace, enableServiceLinks)
+	}
+	env := make(map[string]string, len(serviceEnv)+len(c.Env))
+	// A $(VAR) sees the variables set so far, then the service links, as
+	// the kubelet's expansion.MappingFuncFor(tmpEnv, serviceEnv).
+	lookup := func(name string) (string, bool) {
+		if v, ok := env[name]; ok {
+			return v, true
+		}
+		v, ok := serviceEnv[name]
+		return v, ok
+	}
 	configMaps := map[string]*corev1.ConfigMap{}
 	secrets := map[string]*corev1.Secret{}
 	configMap := func(name string) (*corev1.ConfigMap, error) {
@@ -116,7 +148,7 @@ func Make(ctx context.Context, src Sources, in Input) ([]*runtimeapi.KeyValue, e
 		value := e.Value
 		switch {
 		case value != "":
-			value = Expand(value, env)
+			value = expand(value, lookup)
 		case e.ValueFrom == nil:
 		case e.ValueFrom.FieldRef != nil:
 			v, err := fieldValue(e.ValueFrom.FieldRef.FieldPath, pod, in.HostIPs, ips)
@@ -166,6 +198,14 @@ func Make(ctx context.Context, src Sources, in Input) ([]*runtimeapi.KeyValue, e
 			value = string(v)
 		}
 		env[e.Name] = value
+	}
+
+	// The service links that neither envFrom nor env set: the kubelet's
+	// "Append remaining service env vars".
+	for k, v := range serviceEnv {
+		if _, ok := env[k]; !ok {
+			env[k] = v
+		}
 	}
 
 	out := make([]*runtimeapi.KeyValue, 0, len(env))
@@ -249,6 +289,15 @@ func isTrue(b *bool) bool { return b != nil && *b }
 // the kubelet's implementation lives in k8s.io/kubernetes/third_party, which
 // cannot be imported as a library.
 func Expand(s string, vars map[string]string) string {
+	return expand(s, func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
+	})
+}
+
+// expand is Expand looking variables up with lookup, which stands for the
+// kubelet's expansion.MappingFuncFor over several maps.
+func expand(s string, lookup func(string) (string, bool)) string {
 	if !strings.Contains(s, "$") {
 		return s
 	}
@@ -270,7 +319,7 @@ func Expand(s string, vars map[string]string) string {
 				continue
 			}
 			name := s[i+2 : i+2+end]
-			if v, ok := vars[name]; ok {
+			if v, ok := lookup(name); ok {
 				b.WriteString(v)
 			} else {
 				b.WriteString("$(" + name + ")")
