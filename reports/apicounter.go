@@ -33,6 +33,10 @@ type APICounter struct {
 // apiKey identifies a row of the API table. Its strings are the apiserver's
 // names, cut out of the request URL.
 type apiKey struct {
+	// component is the client that sent it: "" for the kubelet's part of an
+	// agent (and the fleet's shared clients), ComponentKubeProxy for its
+	// kube-proxy.
+	component                          string
 	verb, group, resource, subresource string
 	// path is set only for requests that are not for a resource (discovery,
 	// /healthz, /version), cut short so it stays a bounded label.
@@ -41,6 +45,8 @@ type apiKey struct {
 
 type apiStat struct {
 	count, bytesSent, bytesReceived, errors atomic.Int64
+	// open counts this key's watches whose body is not closed yet.
+	open atomic.Int64
 	// codes[c] counts responses with status c×100 to c×100+99; codes[0] the
 	// ones outside 100-599.
 	codes [6]atomic.Int64
@@ -62,6 +68,18 @@ func (a *APICounter) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return &countingTransport{counter: a, next: rt}
 }
 
+// ComponentKubeProxy names the requests of the agents' kube-proxies.
+const ComponentKubeProxy = "kube-proxy"
+
+// WrapAs is Wrap for a client of the named component, whose requests are
+// counted in rows of their own: the kube-proxies' watches of Services are
+// not the kubelets'.
+func (a *APICounter) WrapAs(component string) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return &countingTransport{counter: a, next: rt, component: component}
+	}
+}
+
 // OpenWatches returns the number of watch responses whose body has not been
 // closed yet: the watches this process holds open.
 func (a *APICounter) OpenWatches() int {
@@ -72,7 +90,10 @@ func (a *APICounter) OpenWatches() int {
 // resource. Latencies are to the response headers, in milliseconds with the
 // histogram's 0.1% error; for a watch that is the time to establish it.
 type APIStat struct {
-	Verb string `json:"verb"`
+	// Component is the client that sent the requests: empty for the
+	// kubelets, "kube-proxy" for the agents' kube-proxies.
+	Component string `json:"component,omitempty"`
+	Verb      string `json:"verb"`
 	// Group is the API group, empty for the core group.
 	Group       string `json:"group,omitempty"`
 	Resource    string `json:"resource"`
@@ -98,6 +119,9 @@ type APIStat struct {
 	// Histogram is the latency histogram in the report's geometry (see
 	// NewHistogram), encoded like PhaseSummary.Histogram.
 	Histogram string `json:"histogram,omitempty"`
+	// OpenWatches, on a watch row, is how many of its watches were open
+	// when the counts were taken: the watches the fleet holds.
+	OpenWatches int64 `json:"openWatches,omitempty"`
 }
 
 // Label is the row's name for people: resource[.group][/subresource], or the
@@ -152,6 +176,8 @@ func (a *APICounter) Snapshot() []APIStat {
 			codes[codeClassName(c)] = n
 		}
 		out[i] = APIStat{
+			Component:     k.component,
+			OpenWatches:   s.open.Load(),
 			Verb:          k.verb,
 			Group:         k.group,
 			Resource:      k.resource,
@@ -188,6 +214,7 @@ func compareAPIStats(x, y APIStat) int {
 		return -1
 	}
 	return cmp.Or(
+		cmp.Compare(x.Component, y.Component),
 		cmp.Compare(x.Resource, y.Resource),
 		cmp.Compare(x.Subresource, y.Subresource),
 		cmp.Compare(x.Verb, y.Verb),
@@ -213,6 +240,7 @@ func (a *APICounter) stat(k apiKey) *apiStat {
 	// The key's strings are slices of one request's URL; copy them so the
 	// map does not keep that URL alive for the whole run.
 	k = apiKey{
+		component:   k.component,
 		verb:        strings.Clone(k.verb),
 		group:       strings.Clone(k.group),
 		resource:    strings.Clone(k.resource),
@@ -225,8 +253,9 @@ func (a *APICounter) stat(k apiKey) *apiStat {
 }
 
 type countingTransport struct {
-	counter *APICounter
-	next    http.RoundTripper
+	counter   *APICounter
+	next      http.RoundTripper
+	component string
 }
 
 // WrappedRoundTripper lets client-go (k8s.io/apimachinery/pkg/util/net) find
@@ -236,6 +265,7 @@ func (t *countingTransport) WrappedRoundTripper() http.RoundTripper { return t.n
 // RoundTrip implements http.RoundTripper.
 func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	k, watch := classifyRequest(req.Method, req.URL.Path, req.URL.RawQuery)
+	k.component = t.component
 	s := t.counter.stat(k)
 	s.count.Add(1)
 
@@ -282,8 +312,10 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	if resp.Body != nil && code != http.StatusSwitchingProtocols {
 		body := &countingReader{rc: resp.Body, n: &s.bytesReceived}
 		if watch {
-			body.open = &t.counter.openWatches
-			body.open.Add(1)
+			body.open = [2]*atomic.Int64{&t.counter.openWatches, &s.open}
+			for _, o := range body.open {
+				o.Add(1)
+			}
 		}
 		resp.Body = body
 	}
@@ -293,9 +325,10 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 // countingReader counts the bytes read through it into n, and, for a watch,
 // holds one count of open until it is closed.
 type countingReader struct {
-	rc     io.ReadCloser
-	n      *atomic.Int64
-	open   *atomic.Int64
+	rc io.ReadCloser
+	n  *atomic.Int64
+	// open are the fleet's and the row's counts of open watches.
+	open   [2]*atomic.Int64
 	closed atomic.Bool
 }
 
@@ -310,8 +343,10 @@ func (r *countingReader) Read(p []byte) (int, error) {
 func (r *countingReader) Close() error {
 	// Close may be called more than once (client-go's watch decoder and its
 	// caller both close); the watch must be counted down once.
-	if r.closed.CompareAndSwap(false, true) && r.open != nil {
-		r.open.Add(-1)
+	if r.closed.CompareAndSwap(false, true) && r.open[0] != nil {
+		for _, o := range r.open {
+			o.Add(-1)
+		}
 	}
 	return r.rc.Close()
 }

@@ -182,6 +182,9 @@ func TestAPICounterOverHTTP(t *testing.T) {
 	if got := findStat(t, counter.Snapshot(), "watch", "pods", "").BytesReceived; got != int64(len(chunk1)) {
 		t.Errorf("watch bytes received mid-stream = %d, want %d", got, len(chunk1))
 	}
+	if got := findStat(t, counter.Snapshot(), "watch", "pods", "").OpenWatches; got != 1 {
+		t.Errorf("the pods watch row has %d open watches mid-stream, want 1", got)
+	}
 	close(next)
 	rest, err := io.ReadAll(watch.Body)
 	if err != nil || string(rest) != chunk2 {
@@ -191,6 +194,30 @@ func TestAPICounterOverHTTP(t *testing.T) {
 	watch.Body.Close() // closing twice counts down once
 	if got := counter.OpenWatches(); got != 0 {
 		t.Errorf("OpenWatches() = %d after the watch closed, want 0", got)
+	}
+	if got := findStat(t, counter.Snapshot(), "watch", "pods", "").OpenWatches; got != 0 {
+		t.Errorf("the pods watch row has %d open watches after it closed, want 0", got)
+	}
+
+	// A kube-proxy's requests are rows of their own.
+	proxied := &http.Client{Transport: counter.WrapAs(ComponentKubeProxy)(srv.Client().Transport)}
+	resp, err = proxied.Get(srv.URL + "/api/v1/namespaces/default/pods/p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(resp)
+	var kubelet, proxy int64
+	for _, st := range counter.Snapshot() {
+		if st.Verb == "get" && st.Resource == "pods" && st.Subresource == "" {
+			if st.Component == ComponentKubeProxy {
+				proxy += st.Count
+			} else {
+				kubelet += st.Count
+			}
+		}
+	}
+	if kubelet != 6 || proxy != 1 {
+		t.Errorf("GET pods: %d from the kubelets, %d from kube-proxy; want 6 and 1", kubelet, proxy)
 	}
 
 	stats := counter.Snapshot()
@@ -232,12 +259,12 @@ func TestAPICounterOverHTTP(t *testing.T) {
 		t.Errorf("leases group = %q", got)
 	}
 
-	// Sorted by resource, subresource, verb.
+	// Sorted by component, resource, subresource, verb.
 	var order []string
 	for _, s := range stats {
-		order = append(order, s.Verb+" "+s.Label())
+		order = append(order, strings.TrimSpace(s.Component+" "+s.Verb+" "+s.Label()))
 	}
-	want := []string{"create events", "update leases.coordination.k8s.io", "get pods", "watch pods", "patch pods/status"}
+	want := []string{"create events", "update leases.coordination.k8s.io", "get pods", "watch pods", "patch pods/status", "kube-proxy get pods"}
 	if strings.Join(order, ",") != strings.Join(want, ",") {
 		t.Errorf("order = %q, want %q", order, want)
 	}

@@ -86,12 +86,12 @@ func RenderMarkdown(w io.Writer, r *Report) error {
 
 	if len(v.API) > 0 {
 		p("\n## API requests, client side\n\n")
-		p("The fleet's own requests, counted at each agent's HTTP transport. Latency is to the response headers.\n\n")
+		p("The fleet's own requests, counted at each agent's HTTP transport, by the client that sent them (the kubelet or the node's kube-proxy). Latency is to the response headers; *open* is the watches held at the end.\n\n")
 		rows := make([][]string, 0, len(v.API))
 		for _, a := range v.API {
-			rows = append(rows, []string{a.Verb, a.Resource, a.Requests, a.Rate, a.Sent, a.Received, a.P50, a.P99, a.Errors})
+			rows = append(rows, []string{a.Client, a.Verb, a.Resource, a.Requests, a.Rate, a.PerNodeMin, a.Open, a.Sent, a.Received, a.P50, a.P99, a.Errors})
 		}
-		mdTable(bw, []string{"verb", "resource", "requests", "req/s", "sent", "received", "p50 ms", "p99 ms", "errors"}, "--rrrrrrr", rows)
+		mdTable(bw, []string{"client", "verb", "resource", "requests", "req/s", "per node/min", "open", "sent", "received", "p50 ms", "p99 ms", "errors"}, "---rrrrrrrrr", rows)
 	}
 	p("\n## API server latency, server side\n\n")
 	if v.APIServerMissing {

@@ -275,12 +275,13 @@ func mergePhases(reports []*Report, get func(*Report) []PhaseSummary) ([]PhaseSu
 	return out, nil
 }
 
-// mergeAPI merges the client-side API rows by verb and resource (or path).
+// mergeAPI merges the client-side API rows by component, verb and resource
+// (or path).
 // A row that more than one report has is merged through its histograms; if
 // one of them has none (a report written by hand, or one whose encoding
 // failed) its percentiles cannot be merged, and that is an error.
 func mergeAPI(reports []*Report) ([]APIStat, error) {
-	type key struct{ verb, group, resource, subresource, path string }
+	type key struct{ component, verb, group, resource, subresource, path string }
 	type acc struct {
 		stat    APIStat
 		n       int
@@ -290,10 +291,10 @@ func mergeAPI(reports []*Report) ([]APIStat, error) {
 	rows := map[key]*acc{}
 	for i, r := range reports {
 		for _, s := range r.API {
-			k := key{s.Verb, s.Group, s.Resource, s.Subresource, s.Path}
+			k := key{s.Component, s.Verb, s.Group, s.Resource, s.Subresource, s.Path}
 			a := rows[k]
 			if a == nil {
-				a = &acc{stat: APIStat{Verb: s.Verb, Group: s.Group, Resource: s.Resource, Subresource: s.Subresource, Path: s.Path}}
+				a = &acc{stat: APIStat{Component: s.Component, Verb: s.Verb, Group: s.Group, Resource: s.Resource, Subresource: s.Subresource, Path: s.Path}}
 				rows[k] = a
 			}
 			a.n++
@@ -304,6 +305,7 @@ func mergeAPI(reports []*Report) ([]APIStat, error) {
 			a.stat.BytesSent += s.BytesSent
 			a.stat.BytesReceived += s.BytesReceived
 			a.stat.Errors += s.Errors
+			a.stat.OpenWatches += s.OpenWatches
 			for c, n := range s.Codes {
 				if a.stat.Codes == nil {
 					a.stat.Codes = map[string]int64{}

@@ -41,6 +41,9 @@ type Report struct {
 	// SLIs (optional) are the pod startup SLIs under clusterloader2's names,
 	// built from SLIPhases, in that order.
 	SLIs []PhaseSummary `json:"slis,omitempty"`
+	// NetworkProgrammingNodes, with the network_programming SLI, says how
+	// the nodes' own p99s spread.
+	NetworkProgrammingNodes *NetworkProgrammingNodes `json:"networkProgrammingNodes,omitempty"`
 	// API is the client-side view of the requests to the apiserver, as
 	// APICounter.Snapshot returns it: the fleet's requests only.
 	API []APIStat `json:"api"`

@@ -20,6 +20,9 @@ const (
 	SLOReadOnlyAPICallLatency = "read_only_api_call_latency"
 	// SLOPodStartupLatency: the p99 of the pod_startup SLI.
 	SLOPodStartupLatency = "pod_startup_latency"
+	// SLONetworkProgrammingLatency: the p99 of the network_programming
+	// SLI (slos/network_programming_latency.md).
+	SLONetworkProgrammingLatency = "network_programming_latency"
 )
 
 // The upstream SLO thresholds, which an SLOThresholds field of 0 stands for.
@@ -29,6 +32,7 @@ const (
 	DefaultReadOnlyNamespaceAPICallP99 = 30 * time.Second
 	DefaultReadOnlyClusterAPICallP99   = 30 * time.Second
 	DefaultPodStartupP99               = 5 * time.Second
+	DefaultNetworkProgrammingP99       = 30 * time.Second
 )
 
 // SLOThresholds are the limits the SLOs are checked against. A profile
@@ -52,6 +56,10 @@ type SLOThresholds struct {
 	// Running by the driver's watch, pods that pulled an image excluded).
 	// Default 5s.
 	PodStartupP99 metav1.Duration `json:"podStartupP99,omitzero"`
+	// NetworkProgrammingP99 bounds the p99 of the network_programming SLI
+	// (EndpointSlice trigger time to applied by every node's kube-proxy).
+	// Default 30s.
+	NetworkProgrammingP99 metav1.Duration `json:"networkProgrammingP99,omitzero"`
 }
 
 // Defaulted returns t with every zero field set to its upstream default.
@@ -66,6 +74,7 @@ func (t SLOThresholds) Defaulted() SLOThresholds {
 	def(&t.ReadOnlyNamespaceAPICallP99, DefaultReadOnlyNamespaceAPICallP99)
 	def(&t.ReadOnlyClusterAPICallP99, DefaultReadOnlyClusterAPICallP99)
 	def(&t.PodStartupP99, DefaultPodStartupP99)
+	def(&t.NetworkProgrammingP99, DefaultNetworkProgrammingP99)
 	return t
 }
 
@@ -165,10 +174,27 @@ func CheckSLOs(r *Report, t SLOThresholds) []SLOResult {
 		res.Pass = res.ObservedMs <= res.ThresholdMs
 		pod = append(pod, res)
 	}
+	netLimit := t.NetworkProgrammingP99.Duration
+	var net []SLOResult
+	for _, s := range r.SLIs {
+		if s.Name != SLINetworkProgramming || netLimit < 0 || s.Count == 0 {
+			continue
+		}
+		res := SLOResult{
+			Name: SLONetworkProgrammingLatency, Subject: SLINetworkProgramming,
+			ThresholdMs: durationMs(netLimit), ObservedMs: s.P99Ms, Count: int64(s.Count),
+			Detail: fmt.Sprintf("p99 over %s of EndpointSlice changes by the nodes' kube-proxies, from the slice's last-change-trigger-time", plural(s.Count, "application")),
+		}
+		res.Pass = res.ObservedMs <= res.ThresholdMs
+		net = append(net, res)
+	}
 	// Pod startup first: it is the SLO a fleet's load is about.
 	out = append(out, orSkipped(SLOPodStartupLatency, pod, podLimit, noPods)...)
 	out = append(out, orSkipped(SLOMutatingAPICallLatency, mut, mutLimit, noAPI)...)
 	out = append(out, orSkipped(SLOReadOnlyAPICallLatency, read, ifOff(readOff), noAPI)...)
+	// A run without Services has nothing to program: the check says so only
+	// when it has data, rather than print a skip in every pods-only report.
+	out = append(out, net...)
 	return out
 }
 
@@ -298,6 +324,8 @@ func sloTitle(name string) string {
 		return "Read-only API call latency"
 	case SLOPodStartupLatency:
 		return "Pod startup latency"
+	case SLONetworkProgrammingLatency:
+		return "Network programming latency"
 	}
 	return strings.ReplaceAll(name, "_", " ")
 }

@@ -86,7 +86,10 @@ type phaseRow struct {
 }
 
 type apiRow struct {
-	Verb, Resource, Requests, Rate, Sent, Received, P50, P99, Errors string
+	// Client is "kubelet" or "kube-proxy"; PerNodeMin is the requests per
+	// node per minute, to hold against one real node's; Open the watches
+	// open at the end ("-" on rows that are not watches).
+	Client, Verb, Resource, Requests, Rate, PerNodeMin, Open, Sent, Received, P50, P99, Errors string
 }
 
 type apiServerRow struct {
@@ -303,6 +306,10 @@ func excludedNotes(r *Report) []string {
 			notes = append(notes, fmt.Sprintf("%s leaves out %s that pulled an image, as the upstream SLO does.", p.Name, plural(p.Excluded, "pod")))
 		}
 	}
+	if n := r.NetworkProgrammingNodes; n != nil && n.Nodes > 0 {
+		notes = append(notes, fmt.Sprintf("%s counts each node's kube-proxy once per change: over %s, the median node's p99 was %s ms and the worst node's %s ms (%s).",
+			SLINetworkProgramming, plural(n.Nodes, "node"), fmtMs(n.P99MedianMs), fmtMs(n.P99MaxMs), n.WorstNode))
+	}
 	return notes
 }
 
@@ -336,11 +343,19 @@ func phaseNotes(r *Report) []string {
 func apiRows(r *Report) []apiRow {
 	var rows []apiRow
 	for _, a := range r.API {
-		rate := "-"
+		rate, perNode := "-", "-"
 		if r.WallSeconds > 0 {
 			rate = fmtRate(float64(a.Count)/r.WallSeconds, 1)
+			if r.Nodes > 0 {
+				perNode = fmtRate(float64(a.Count)/float64(r.Nodes)/(r.WallSeconds/60), 2)
+			}
+		}
+		open := "-"
+		if a.Verb == "watch" {
+			open = strconv.FormatInt(a.OpenWatches, 10)
 		}
 		rows = append(rows, apiRow{
+			Client: cmp.Or(a.Component, "kubelet"), PerNodeMin: perNode, Open: open,
 			Verb: a.Verb, Resource: a.Label(), Requests: strconv.FormatInt(a.Count, 10), Rate: rate,
 			Sent: fmtBytes(a.BytesSent), Received: fmtBytes(a.BytesReceived),
 			P50: fmtMs(a.P50Ms), P99: fmtMs(a.P99Ms), Errors: strconv.FormatInt(a.Errors, 10),
@@ -386,6 +401,9 @@ func phaseRows(phases []PhaseSummary, specs []PhaseSpec) []phaseRow {
 			if sp.Name == p.Name {
 				row.Span = sp.From.String() + " → " + sp.To.String()
 			}
+		}
+		if p.Name == SLINetworkProgramming {
+			row.Span = "EndpointSlice last-change-trigger-time → applied by each node's kube-proxy"
 		}
 		if p.Excluded > 0 {
 			row.Excluded = strconv.Itoa(p.Excluded)
