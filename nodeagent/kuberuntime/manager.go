@@ -51,12 +51,28 @@ type Config struct {
 	// GenerateRunContainerOptions does; nil keeps the literal env values and
 	// mounts nothing.
 	ContainerOptions func(ctx context.Context, pod *corev1.Pod, c *corev1.Container) (*RunContainerOptions, error)
+	// RuntimeHandler resolves a pod's runtimeClassName to the CRI handler
+	// its sandbox runs with, as the kubelet's runtimeclass.Manager does; nil
+	// runs every sandbox with the default handler.
+	RuntimeHandler func(runtimeClassName *string) (string, error)
 	// MemoryCapacity is the node's memory in bytes, which ranks burstable
 	// containers' OOM score adjustments as on the kubelet.
 	MemoryCapacity int64
 	// Host is set when the runtime is real; nil (an emulated node) keeps
 	// the manager off the host's disk and cgroups.
 	Host *Host
+}
+
+// runtimeHandler is the CRI handler of pod's RuntimeClass, "" for none.
+func (m *Manager) runtimeHandler(pod *corev1.Pod) (string, error) {
+	if m.cfg.RuntimeHandler == nil {
+		return "", nil
+	}
+	h, err := m.cfg.RuntimeHandler(pod.Spec.RuntimeClassName)
+	if err != nil {
+		return "", fmt.Errorf("failed to look up the RuntimeClass of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return h, nil
 }
 
 // RunContainerOptions is what ContainerOptions resolved for one container.
@@ -192,7 +208,14 @@ func (m *Manager) SyncPod(ctx context.Context, pod *corev1.Pod, status *PodStatu
 				return fmt.Errorf("creating the log directory of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 			}
 		}
-		id, err := m.cfg.Runtime.RunPodSandbox(ctx, sandboxConfig, "")
+		handler, err := m.runtimeHandler(pod)
+		if err != nil {
+			// The kubelet's createPodSandbox fails the same way, before it
+			// asks the runtime anything.
+			m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+			return fmt.Errorf("creating sandbox for pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		id, err := m.cfg.Runtime.RunPodSandbox(ctx, sandboxConfig, handler)
 		if err != nil {
 			m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
 			return fmt.Errorf("creating sandbox for pod %s/%s: %w", pod.Namespace, pod.Name, err)

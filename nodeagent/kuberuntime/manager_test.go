@@ -2,6 +2,7 @@ package kuberuntime
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -198,5 +199,71 @@ func BenchmarkPodSync(b *testing.B) {
 			b.Fatal(err)
 		}
 		drainEvents(events)
+	}
+}
+
+// TestRuntimeClassHandler runs a pod's sandbox with the handler its
+// RuntimeClass names, and fails a pod whose RuntimeClass the node does not
+// know before the runtime is asked, with the kubelet's event.
+func TestRuntimeClassHandler(t *testing.T) {
+	handlers := map[string]string{"gvisor": "runsc"}
+	lookup := func(name *string) (string, error) {
+		if name == nil {
+			return "", nil
+		}
+		h, ok := handlers[*name]
+		if !ok {
+			return "", fmt.Errorf("runtimeclass.node.k8s.io %q not found", *name)
+		}
+		return h, nil
+	}
+	cases := []struct {
+		name, runtimeClass string
+		wantHandler        string
+		wantErr            bool
+	}{
+		{name: "no RuntimeClass: the default handler"},
+		{name: "a known RuntimeClass: its handler", runtimeClass: "gvisor", wantHandler: "runsc"},
+		{name: "an unknown RuntimeClass: no sandbox", runtimeClass: "kata", wantErr: true},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			m, rt, events := newManager(t, "busybox")
+			rec := &sandboxRecorder{RuntimeService: rt}
+			m.cfg.Runtime = rec
+			m.cfg.RuntimeHandler = lookup
+			pod := newPod(strconv.Itoa(i), false, corev1.PullIfNotPresent, "a")
+			if tc.runtimeClass != "" {
+				pod.Spec.RuntimeClassName = &tc.runtimeClass
+			}
+			status, err := m.GetPodStatus(ctx, pod.UID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = m.SyncPod(ctx, pod, status, healthy{})
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), `"kata" not found`) {
+					t.Fatalf("SyncPod: %v, want the RuntimeClass not found", err)
+				}
+				if len(rec.configs) != 0 {
+					t.Errorf("the runtime was asked for %d sandboxes", len(rec.configs))
+				}
+				if evs := drainEvents(events); len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning FailedCreatePodSandBox") {
+					t.Errorf("events %q, want one FailedCreatePodSandBox", evs)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			sandboxes, err := rt.ListPodSandbox(ctx, nil)
+			if err != nil || len(sandboxes) != 1 {
+				t.Fatalf("%d sandboxes, %v", len(sandboxes), err)
+			}
+			if got := sandboxes[0].RuntimeHandler; got != tc.wantHandler {
+				t.Errorf("sandbox runs with handler %q, want %q", got, tc.wantHandler)
+			}
+		})
 	}
 }
