@@ -291,6 +291,14 @@ func (cp *ControlPlane) AdminRESTConfig() *rest.Config {
 	return cp.restConfig(cp.pki.adminClient)
 }
 
+// ProxyRESTConfig is kube-proxy's identity (CN=system:kube-proxy), which
+// the bootstrap policy's system:node-proxier role lets list and watch
+// Services, EndpointSlices, ServiceCIDRs and Nodes and write events. Each
+// call returns a new copy.
+func (cp *ControlPlane) ProxyRESTConfig() *rest.Config {
+	return cp.restConfig(cp.pki.proxyClient)
+}
+
 // NodeRESTConfig returns a config whose client certificate identifies the
 // kubelet of nodeName (CN=system:node:<nodeName>, O=system:nodes), so the
 // Node authorizer and NodeRestriction treat it as that node. Each call mints

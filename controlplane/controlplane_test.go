@@ -92,6 +92,52 @@ func TestControlPlane(t *testing.T) {
 		t.Errorf("node n1 patching itself: %v", err)
 	}
 
+	// The kubelet's watches beside its pods and Node, under its own
+	// identity, as the Node authorizer allows them.
+	for what, list := range map[string]func() error{
+		"services": func() error {
+			_, err := n1.CoreV1().Services("").List(ctx, metav1.ListOptions{FieldSelector: "spec.clusterIP!=None"})
+			return err
+		},
+		"runtimeclasses": func() error { _, err := n1.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{}); return err },
+		"csidrivers":     func() error { _, err := n1.StorageV1().CSIDrivers().List(ctx, metav1.ListOptions{}); return err },
+		"its podcertificaterequests": func() error {
+			_, err := n1.CertificatesV1().PodCertificateRequests("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=n1"})
+			return err
+		},
+	} {
+		if err := list(); err != nil {
+			t.Errorf("node n1 listing %s: %v", what, err)
+		}
+	}
+	// kube-proxy's four watches, under its identity.
+	proxy, err := kubernetes.NewForConfig(cp.ProxyRESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, list := range map[string]func() error{
+		"services": func() error { _, err := proxy.CoreV1().Services("").List(ctx, metav1.ListOptions{}); return err },
+		"endpointslices": func() error {
+			_, err := proxy.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"servicecidrs": func() error {
+			_, err := proxy.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"nodes": func() error {
+			_, err := proxy.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=n1"})
+			return err
+		},
+	} {
+		if err := list(); err != nil {
+			t.Errorf("kube-proxy listing %s: %v", what, err)
+		}
+	}
+	if _, err := proxy.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("kube-proxy listing secrets: got %v, want Forbidden", err)
+	}
+
 	var podCIDR string
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		n, err := admin.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})

@@ -188,6 +188,7 @@ type pkiFiles struct {
 	serviceAccountKey string
 	serviceAccountPub string
 	adminClient       pemPair
+	proxyClient       pemPair
 	schedulerClient   pemPair
 	controllerClient  pemPair
 }
@@ -266,6 +267,9 @@ func writePKI(dir string, serviceIP net.IP, now time.Time) (*pkiFiles, error) {
 		// The bootstrap RBAC policy binds its roles to these exact user names.
 		{clientSpec("system:kube-scheduler"), &p.schedulerClient},
 		{clientSpec("system:kube-controller-manager"), &p.controllerClient},
+		// Every node's kube-proxy, as on clusters where they share one
+		// credential: system:node-proxier is bound to this user.
+		{clientSpec("system:kube-proxy"), &p.proxyClient},
 	}
 	for _, c := range clients {
 		if *c.to, err = ca.issue(c.spec, now); err != nil {
