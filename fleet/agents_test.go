@@ -17,6 +17,7 @@ import (
 	"github.com/fleetlet/fleetlet/fakeruntime"
 	"github.com/fleetlet/fleetlet/internal/testutil"
 	"github.com/fleetlet/fleetlet/nodeagent"
+	"github.com/fleetlet/fleetlet/nodeagent/watchers"
 )
 
 // TestAgentInEachWatchMode runs one agent on its own watches and one on the
@@ -31,7 +32,10 @@ func TestAgentInEachWatchMode(t *testing.T) {
 		mode       string
 		goroutines int
 	}{
-		{WatchPerNode, 28},
+		// Per node: 28 before the kubelet's four watches of Services,
+		// RuntimeClasses, CSIDrivers and PodCertificateRequests, and at
+		// most two goroutines each (a reflector, its watch's decoder).
+		{WatchPerNode, 28 + 4*2},
 		{WatchShared, 14},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -39,11 +43,16 @@ func TestAgentInEachWatchMode(t *testing.T) {
 			defer cancel()
 			client := fake.NewClientset()
 			var shared *SharedInformers
+			var sharedWatches *watchers.Kubelet
 			informersDone := make(chan struct{})
 			if tc.mode == WatchShared {
 				shared = NewSharedInformers(client)
-				go func() { defer close(informersDone); shared.Run(ctx) }()
-				testutil.WaitFor(t, "the shared informers sync", shared.HasSynced)
+				sharedWatches = watchers.NewKubelet(watchers.Config{Client: client})
+				if err := sharedWatches.Start(ctx); err != nil {
+					t.Fatal(err)
+				}
+				go func() { defer close(informersDone); shared.Run(ctx); sharedWatches.Wait() }()
+				testutil.WaitFor(t, "the shared informers sync", func() bool { return shared.HasSynced() && sharedWatches.HasSynced() })
 			} else {
 				close(informersDone)
 			}
@@ -60,7 +69,7 @@ func TestAgentInEachWatchMode(t *testing.T) {
 				Client: client, Runtime: rt, Images: rt, Clock: clk,
 			}
 			if shared != nil {
-				cfg.Informers = shared
+				cfg.Informers, cfg.KubeletWatches = shared, sharedWatches
 			}
 			agent, err := nodeagent.New(cfg)
 			if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/fleetlet/fleetlet/nodeagent"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/nodeagent/server"
+	"github.com/fleetlet/fleetlet/nodeagent/watchers"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -125,6 +126,11 @@ type Fleet struct {
 	// a few workers for the fleet, as KWOK serves every node's lease, not
 	// a queue per agent.
 	probes *prober.Queue
+	// interners share the decoded Services, RuntimeClasses, CSIDrivers and
+	// PodCertificateRequests of every agent's own watches; watches, in the
+	// shared watch mode, are the one set of those watches for all agents.
+	interners *watchers.Interners
+	watches   *watchers.Kubelet
 }
 
 // New builds every agent of the fleet; nothing talks to the API server yet.
@@ -144,7 +150,7 @@ func New(cfg Config) (*Fleet, error) {
 	if cfg.ClientConfig == nil || cfg.NewRuntime == nil {
 		return nil, errors.New("fleet: ClientConfig and NewRuntime must be set")
 	}
-	f := &Fleet{cfg: cfg}
+	f := &Fleet{cfg: cfg, interners: &watchers.Interners{}}
 	sharedClient := func(userAgent string) (kubernetes.Interface, error) {
 		if cfg.SharedClientConfig == nil {
 			return nil, errors.New("fleet: SharedClientConfig is not set; the shared watch mode and the kubelet API need an identity that may list every pod and node and review tokens")
@@ -165,6 +171,7 @@ func New(cfg Config) (*Fleet, error) {
 			return nil, err
 		}
 		f.informers = NewSharedInformers(client)
+		f.watches = watchers.NewKubelet(watchers.Config{Client: client, Interners: f.interners, Clock: cfg.Clock})
 	default:
 		return nil, fmt.Errorf("fleet: unknown watch mode %q; use %q or %q", cfg.WatchMode, WatchPerNode, WatchShared)
 	}
@@ -247,6 +254,7 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error
 		NodeName: name, NodeIP: ip, Capacity: pool.Capacity, Labels: withPoolLabel(pool), Taints: pool.Taints,
 		Kubelet: kc, Client: client, Runtime: rt.Runtime, Images: rt.Images, NetworkProber: rt.Prober, Logs: rt.Logs,
 		Recorder: f.cfg.Recorder, Clock: f.cfg.Clock, Serving: f.serving, ProbeQueue: f.probes,
+		KubeletWatches: f.watches, Interners: f.interners,
 	}
 	if f.informers != nil {
 		agentCfg.Informers = f.informers
@@ -302,6 +310,12 @@ func (f *Fleet) Run(ctx context.Context) error {
 	if f.informers != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); f.informers.Run(ctx) }()
+	}
+	if f.watches != nil {
+		if err := f.watches.Start(ctx); err != nil {
+			return err
+		}
+		defer f.watches.Wait()
 	}
 	if err := f.probes.Start(ctx); err != nil {
 		return err

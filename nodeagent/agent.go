@@ -41,6 +41,7 @@ import (
 	"github.com/fleetlet/fleetlet/nodeagent/stats"
 	podstatus "github.com/fleetlet/fleetlet/nodeagent/status"
 	"github.com/fleetlet/fleetlet/nodeagent/volumemanager"
+	"github.com/fleetlet/fleetlet/nodeagent/watchers"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -88,6 +89,11 @@ type Agent struct {
 	imageGC       *images.Manager
 	containerGC   *containergc.Manager
 	objects       *objectcache.Cache
+	// watches are the kubelet's Services, RuntimeClasses, CSIDrivers and
+	// PodCertificateRequests; ownWatches is the same set when the agent
+	// runs them itself, nil when they are the fleet's.
+	watches       *watchers.Kubelet
+	ownWatches    *watchers.Kubelet
 	events        *eventRecorder
 	lease         lease.Controller
 	kubeletServer *server.Server // nil without cfg.Serving
@@ -136,6 +142,10 @@ func New(cfg Config) (*Agent, error) {
 		pods: map[types.UID]*corev1.Pod{}, admitted: map[types.UID]bool{}, rejected: map[types.UID]bool{},
 	}
 	a.events = newEventRecorder(cfg.Client, cfg.NodeName)
+	if a.watches = cfg.KubeletWatches; a.watches == nil {
+		a.ownWatches = watchers.NewKubelet(watchers.Config{NodeName: cfg.NodeName, Client: cfg.Client, Interners: cfg.Interners, Clock: cfg.Clock})
+		a.watches = a.ownWatches
+	}
 	a.objects = objectcache.New(objectcache.Config{Client: cfg.Client, Clock: cfg.Clock})
 	a.volumes = volumemanager.New(volumemanager.Config{
 		Clock: cfg.Clock, Client: cfg.Client, Objects: a.objects, Events: a.events, PodsDir: cfg.PodsDir, Allocatable: cfg.Capacity,
@@ -144,7 +154,7 @@ func New(cfg Config) (*Agent, error) {
 		Runtime: a.cri, Images: cfg.Images, Events: a.events, Recorder: cfg.Recorder, Clock: cfg.Clock,
 		SerializeImagePulls: ptr.Deref(kc.SerializeImagePulls, true), MaxParallelImagePulls: ptr.Deref(kc.MaxParallelImagePulls, 0),
 		MemoryCapacity: cfg.Capacity.Memory().Value(), Host: cfg.Host,
-		ContainerOptions: a.containerOptions,
+		ContainerOptions: a.containerOptions, RuntimeHandler: a.watches.RuntimeHandler,
 	}
 	if cfg.NetworkProber == nil {
 		// A real node: httpGet hooks reach the pod, as probes do.
@@ -204,7 +214,10 @@ func New(cfg Config) (*Agent, error) {
 // Run's steps make (node status, pod workers) are reached through closures,
 // which read them once they exist.
 func (a *Agent) runnables() []part {
-	var kubeletListener, kubeletServer, eventedPLEG runnable
+	var kubeletListener, kubeletServer, eventedPLEG, ownWatches runnable
+	if a.ownWatches != nil {
+		ownWatches = a.ownWatches
+	}
 	if a.kubeletServer != nil {
 		kubeletListener = step{start: a.listenKubeletAPI, stop: a.closeKubeletAPI}
 		kubeletServer = newLoop(a.serveKubeletAPI)
@@ -215,6 +228,8 @@ func (a *Agent) runnables() []part {
 	return []part{
 		{"CRI runtime version", step{start: a.readRuntimeVersion}},
 		{"event broadcaster", a.events},
+		// Started before registration, as NewMainKubelet starts them.
+		{"kubelet watches", ownWatches},
 		// Opened before registration: the Node advertises the port.
 		{"kubelet API listener", kubeletListener},
 		{"node registration", step{start: a.registerNode}},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
+	"github.com/fleetlet/fleetlet/nodeagent/watchers"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -56,6 +57,13 @@ type Config struct {
 	// fanned out by node name; nil gives the agent its own watches of its
 	// pods and its Node, as a kubelet has.
 	Informers SharedInformers
+	// KubeletWatches, if set, are the fleet's shared watches of Services,
+	// RuntimeClasses, CSIDrivers and PodCertificateRequests (the shared watch
+	// mode); nil gives the agent its own, with the kubelet's selectors.
+	KubeletWatches *watchers.Kubelet
+	// Interners, if set, share the decoded objects of the agent's own
+	// watches with the other agents of its fleet.
+	Interners *watchers.Interners
 	// PodsDir is where a real node writes pods' volumes for its runtime to
 	// bind-mount (the kubelet's /var/lib/kubelet/pods); empty on emulated
 	// nodes, which write nothing to disk.

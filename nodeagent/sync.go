@@ -60,6 +60,12 @@ func (a *Agent) containerOptions(ctx context.Context, pod *corev1.Pod, c *corev1
 	hostIPs := []string{a.cfg.NodeIP.String()}
 	envs, err := envvars.Make(ctx, a.objects, envvars.Input{
 		Pod: pod, Container: c, HostIPs: hostIPs, Allocatable: allocatable,
+		Services: func() ([]*corev1.Service, error) {
+			if !a.watches.Services.HasSynced() {
+				return nil, envvars.ErrServicesNotSynced
+			}
+			return a.watches.Services.Store.List(), nil
+		},
 		PodIPs: func(ctx context.Context) ([]string, error) {
 			if pod.Spec.HostNetwork {
 				return hostIPs, nil
