@@ -8,7 +8,7 @@ UPSTREAM  := controlplane/upstream
 CP_BINS   := $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-scheduler $(BIN)/kube-controller-manager $(BIN)/kubectl
 PROFILE   ?= quickstart
 
-.PHONY: all build controlplane run test test-unit test-integration bench lint clean
+.PHONY: all build controlplane kubemark run test test-unit test-integration bench lint clean
 
 all: build controlplane
 
@@ -35,6 +35,15 @@ $(CP_BINS) &: $(UPSTREAM)/go.mod $(UPSTREAM)/go.sum $(UPSTREAM)/etcd/main.go
 		./etcd
 	@touch $(CP_BINS)
 
+# kubemark runs the real kubelet and kube-proxy code on fake runtimes, one
+# process per node: the integration tests hold fleetlet's agents against it.
+# Built from the same pinned module as the control plane.
+kubemark: $(BIN)/kubemark
+
+$(BIN)/kubemark: $(UPSTREAM)/go.mod $(UPSTREAM)/go.sum
+	@mkdir -p $(BIN)
+	cd $(UPSTREAM) && $(GO) build -o $@ k8s.io/kubernetes/cmd/kubemark
+
 run: build controlplane
 	$(BIN)/fleetlet run --profile $(PROFILE)
 
@@ -49,7 +58,7 @@ test-unit:
 # The tests tagged `integration` start the real control plane from bin/
 # (and the containerd test, as root, a real containerd); the unit tests of
 # those two packages run again with them.
-test-integration: build controlplane
+test-integration: build controlplane kubemark
 	FLEETLET_BIN_DIR=$(BIN) $(GO) test -tags integration -timeout 45m ./cmd/... ./controlplane/...
 
 bench:
