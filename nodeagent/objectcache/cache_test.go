@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -25,12 +26,12 @@ func countGets(client *fake.Clientset, resource string) *int {
 
 func TestConfigMapIsReusedForTheTTL(t *testing.T) {
 	ctx := context.Background()
-	clock := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	clock := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	client := fake.NewClientset(&corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}, Data: map[string]string{"k": "v1"},
 	})
 	gets := countGets(client, "configmaps")
-	c := New(Config{Client: client, Clock: clock})
+	c := New(Config{Client: client, Clock: clock, Strategy: kubeletconfig.TTLCacheChangeDetectionStrategy})
 
 	for range 3 {
 		cm, err := c.ConfigMap(ctx, "ns", "cfg")
@@ -60,9 +61,9 @@ func TestConfigMapIsReusedForTheTTL(t *testing.T) {
 
 func TestMissingObjectsAreAskedForAgain(t *testing.T) {
 	ctx := context.Background()
-	clock := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	clock := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	client := fake.NewClientset()
-	c := New(Config{Client: client, Clock: clock})
+	c := New(Config{Client: client, Clock: clock, Strategy: kubeletconfig.TTLCacheChangeDetectionStrategy})
 
 	if _, err := c.Secret(ctx, "ns", "creds"); !apierrors.IsNotFound(err) {
 		t.Fatalf("Secret of a missing object: err = %v, want NotFound", err)
@@ -80,12 +81,12 @@ func TestMissingObjectsAreAskedForAgain(t *testing.T) {
 
 func TestExpiredEntriesArePruned(t *testing.T) {
 	ctx := context.Background()
-	clock := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	clock := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	client := fake.NewClientset()
 	for i := range 200 {
 		_, _ = client.CoreV1().ConfigMaps("ns").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: string(rune('a'+i%26)) + string(rune('a'+i/26))}}, metav1.CreateOptions{})
 	}
-	c := New(Config{Client: client, Clock: clock, TTL: time.Minute})
+	c := New(Config{Client: client, Clock: clock, TTL: time.Minute, Strategy: kubeletconfig.TTLCacheChangeDetectionStrategy})
 	list, _ := client.CoreV1().ConfigMaps("ns").List(ctx, metav1.ListOptions{})
 	for _, cm := range list.Items {
 		if _, err := c.ConfigMap(ctx, "ns", cm.Name); err != nil {
@@ -99,9 +100,42 @@ func TestExpiredEntriesArePruned(t *testing.T) {
 }
 
 func TestNotFoundReadsAsTheKubeletSaysIt(t *testing.T) {
-	c := New(Config{Client: fake.NewClientset(), Clock: clocktesting.NewFakePassiveClock(time.Unix(1000, 0))})
-	_, err := c.ConfigMap(context.Background(), "ns", "app-config")
-	if want := `configmap "app-config" not found`; err == nil || err.Error() != want || !apierrors.IsNotFound(err) {
-		t.Errorf("err = %v, want NotFound %q", err, want)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u"},
+		Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+			{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "app-config"}}}},
+			{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "app-creds"}}},
+		}},
 	}
+	for _, strategy := range []kubeletconfig.ResourceChangeDetectionStrategy{
+		kubeletconfig.WatchChangeDetectionStrategy, kubeletconfig.TTLCacheChangeDetectionStrategy, kubeletconfig.GetChangeDetectionStrategy,
+	} {
+		t.Run(string(strategy), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			c := New(Config{Client: fake.NewClientset(), Clock: clocktesting.NewFakeClock(time.Unix(1000, 0)), Strategy: strategy})
+			stopped := run(ctx, c)
+			defer func() { cancel(); <-stopped }()
+			c.RegisterPod(pod)
+
+			_, err := c.ConfigMap(ctx, "ns", "app-config")
+			if want := `configmap "app-config" not found`; err == nil || err.Error() != want || !apierrors.IsNotFound(err) {
+				t.Errorf("ConfigMap: err = %v, want NotFound %q", err, want)
+			}
+			_, err = c.Secret(ctx, "ns", "app-creds")
+			if want := `secret "app-creds" not found`; err == nil || err.Error() != want || !apierrors.IsNotFound(err) {
+				t.Errorf("Secret: err = %v, want NotFound %q", err, want)
+			}
+		})
+	}
+}
+
+// run runs c until ctx ends, and returns a channel closed once Run has
+// returned.
+func run(ctx context.Context, c *Cache) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx)
+	}()
+	return done
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -41,8 +42,8 @@ func newHarness(t *testing.T, podsDir string, objects ...runtime.Object) *harnes
 		out.Status.Token = "token-for-" + tr.Spec.BoundObjectRef.Name
 		return true, out, nil
 	})
-	// A TTL of a nanosecond: every retry sees the objects as they are now.
-	cache := objectcache.New(objectcache.Config{Client: h.client, Clock: h.clock, TTL: time.Nanosecond})
+	// The Get strategy: every retry sees the objects as they are now.
+	cache := objectcache.New(objectcache.Config{Client: h.client, Clock: h.clock, Strategy: kubeletconfig.GetChangeDetectionStrategy})
 	h.m = New(Config{Clock: h.clock, Client: h.client, Objects: cache, Events: h.events, PodsDir: podsDir})
 	return h
 }
