@@ -37,6 +37,7 @@ import (
 	"github.com/fleetlet/fleetlet/nodeagent/pleg"
 	"github.com/fleetlet/fleetlet/nodeagent/podworkers"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
+	"github.com/fleetlet/fleetlet/nodeagent/proxy"
 	"github.com/fleetlet/fleetlet/nodeagent/server"
 	"github.com/fleetlet/fleetlet/nodeagent/stats"
 	podstatus "github.com/fleetlet/fleetlet/nodeagent/status"
@@ -97,6 +98,7 @@ type Agent struct {
 	events        *eventRecorder
 	lease         lease.Controller
 	kubeletServer *server.Server // nil without cfg.Serving
+	kubeProxy     *proxy.Proxy   // nil without cfg.KubeProxy
 	// nodeSource and podSource deliver the agent's Node and pods to its
 	// handlers; nodeStore is where the Node is read from.
 	nodeSource source
@@ -146,7 +148,21 @@ func New(cfg Config) (*Agent, error) {
 		a.ownWatches = watchers.NewKubelet(watchers.Config{NodeName: cfg.NodeName, Client: cfg.Client, Interners: cfg.Interners, Clock: cfg.Clock})
 		a.watches = a.ownWatches
 	}
-	a.objects = objectcache.New(objectcache.Config{Client: cfg.Client, Clock: cfg.Clock})
+	objectsCfg := objectcache.Config{
+		Client: cfg.Client, Clock: cfg.Clock, SyncFrequency: kc.SyncFrequency.Duration,
+		Strategy: kc.ConfigMapAndSecretChangeDetectionStrategy,
+	}
+	if cfg.Informers != nil {
+		// The shared watch mode holds a handful of watches for the whole
+		// fleet: a watch per node of every referenced ConfigMap and Secret
+		// would undo that, so its agents read them as the kubelet's Cache
+		// strategy does.
+		objectsCfg.Strategy = kubeletconfig.TTLCacheChangeDetectionStrategy
+	}
+	if err := objectsCfg.Validate(); err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.NodeName, err)
+	}
+	a.objects = objectcache.New(objectsCfg)
 	a.volumes = volumemanager.New(volumemanager.Config{
 		Clock: cfg.Clock, Client: cfg.Client, Objects: a.objects, Events: a.events, PodsDir: cfg.PodsDir, Allocatable: cfg.Capacity,
 	})
@@ -202,6 +218,16 @@ func New(cfg Config) (*Agent, error) {
 		ReportFrequency: kc.NodeStatusReportFrequency.Duration,
 		Seed:            nodeSeed(cfg.NodeName),
 	}
+	if kp := cfg.KubeProxy; kp != nil {
+		var err error
+		a.kubeProxy, err = proxy.New(proxy.Config{
+			NodeName: cfg.NodeName, Client: kp.Client, Clock: cfg.Clock,
+			MinSyncPeriod: kp.MinSyncPeriod, Latency: kp.Latency, Shared: kp.Shared,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("node %s: kube-proxy: %w", cfg.NodeName, err)
+		}
+	}
 	a.lease = lease.NewController(cfg.Clock, cfg.Client, cfg.NodeName, kc.NodeLeaseDurationSeconds, nil,
 		LeaseRenewInterval(kc), cfg.NodeName, leaseNamespace, a.setNodeOwner)
 	a.parts = a.runnables()
@@ -214,9 +240,12 @@ func New(cfg Config) (*Agent, error) {
 // Run's steps make (node status, pod workers) are reached through closures,
 // which read them once they exist.
 func (a *Agent) runnables() []part {
-	var kubeletListener, kubeletServer, eventedPLEG, ownWatches runnable
+	var kubeletListener, kubeletServer, eventedPLEG, ownWatches, kubeProxy runnable
 	if a.ownWatches != nil {
 		ownWatches = a.ownWatches
+	}
+	if a.kubeProxy != nil {
+		kubeProxy = a.kubeProxy
 	}
 	if a.kubeletServer != nil {
 		kubeletListener = step{start: a.listenKubeletAPI, stop: a.closeKubeletAPI}
@@ -228,6 +257,7 @@ func (a *Agent) runnables() []part {
 	return []part{
 		{"CRI runtime version", step{start: a.readRuntimeVersion}},
 		{"event broadcaster", a.events},
+		{"ConfigMap and Secret manager", newLoop(a.objects.Run)},
 		// Started before registration, as NewMainKubelet starts them.
 		{"kubelet watches", ownWatches},
 		// Opened before registration: the Node advertises the port.
@@ -249,6 +279,9 @@ func (a *Agent) runnables() []part {
 		{"image GC", newLoop(a.imageGC.Run)},
 		{"container GC", newLoop(a.containerGC.Run)},
 		{"kubelet API server", kubeletServer},
+		// A separate process on a real node, which starts once the node
+		// has registered (kube-proxy reads its Node at start).
+		{"kube-proxy", kubeProxy},
 		{"sync loop", newLoop(a.syncLoop)},
 	}
 }
@@ -360,6 +393,10 @@ func (a *Agent) podHandler() cache.ResourceEventHandler {
 			// observe the scheduling (the Recorder keeps the first stamp).
 			a.cfg.Recorder.Mark(pod.UID, reports.Scheduled, now)
 			a.cfg.Recorder.Mark(pod.UID, reports.AgentObserved, now)
+			// As the kubelet's pod manager: a pod's ConfigMaps and Secrets
+			// are registered (with the Watch strategy, watched) from the
+			// moment the node knows the pod.
+			a.objects.RegisterPod(pod)
 			a.setPod(pod)
 			if pod.DeletionTimestamp == nil && !a.admit(pod) {
 				return
@@ -368,6 +405,9 @@ func (a *Agent) podHandler() cache.ResourceEventHandler {
 		},
 		UpdateFunc: func(oldObj, obj any) {
 			pod := obj.(*corev1.Pod)
+			// The kubelet's pod manager registers every update, its own
+			// status echoes (reconciles) too.
+			a.objects.RegisterPod(pod)
 			a.setPod(pod)
 			if a.isRejected(pod.UID) {
 				// A rejected pod never ran: once it is deleted, the status
@@ -400,6 +440,7 @@ func (a *Agent) podHandler() cache.ResourceEventHandler {
 					return
 				}
 			}
+			a.objects.UnregisterPod(pod)
 			a.mu.Lock()
 			delete(a.pods, pod.UID)
 			delete(a.admitted, pod.UID)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
+	"github.com/fleetlet/fleetlet/nodeagent/proxy"
 	"github.com/fleetlet/fleetlet/nodeagent/watchers"
 	"github.com/fleetlet/fleetlet/reports"
 )
@@ -61,6 +62,10 @@ type Config struct {
 	// RuntimeClasses, CSIDrivers and PodCertificateRequests (the shared watch
 	// mode); nil gives the agent its own, with the kubelet's selectors.
 	KubeletWatches *watchers.Kubelet
+	// KubeProxy, if set, runs the node's kube-proxy beside the kubelet, with
+	// this client: kube-proxy's own identity and connection, as a kube-proxy
+	// pod on a real node has. Nil: a node without kube-proxy.
+	KubeProxy *KubeProxyConfig
 	// Interners, if set, share the decoded objects of the agent's own
 	// watches with the other agents of its fleet.
 	Interners *watchers.Interners
@@ -76,6 +81,18 @@ type Config struct {
 	// the other agents on it (a fleet's one queue, on the same Clock); nil
 	// gives the agent a queue of its own.
 	ProbeQueue *prober.Queue
+}
+
+// KubeProxyConfig is a node's kube-proxy.
+type KubeProxyConfig struct {
+	Client kubernetes.Interface
+	// MinSyncPeriod is kube-proxy's minSyncPeriod; 0 is its default, 1 s.
+	MinSyncPeriod time.Duration
+	// Latency receives its network programming latencies.
+	Latency proxy.LatencyRecorder
+	// Shared, if set, are the fleet's informers of what every kube-proxy
+	// watches (the shared watch mode); nil gives the proxy its own watches.
+	Shared proxy.SharedSources
 }
 
 // SharedInformers are one pod informer and one node informer serving many

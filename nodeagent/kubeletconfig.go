@@ -87,6 +87,13 @@ func ValidateKubeletConfiguration(kc *kubeletconfig.KubeletConfiguration) field.
 	errs = append(errs, validateEviction(kc)...)
 	errs = append(errs, validateImageGC(kc)...)
 
+	switch strategy := kc.ConfigMapAndSecretChangeDetectionStrategy; strategy {
+	case "", kubeletconfig.WatchChangeDetectionStrategy, kubeletconfig.TTLCacheChangeDetectionStrategy, kubeletconfig.GetChangeDetectionStrategy:
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("configMapAndSecretChangeDetectionStrategy"), strategy,
+			[]kubeletconfig.ResourceChangeDetectionStrategy{kubeletconfig.WatchChangeDetectionStrategy, kubeletconfig.TTLCacheChangeDetectionStrategy, kubeletconfig.GetChangeDetectionStrategy}))
+	}
+
 	if n := kc.MaxParallelImagePulls; n != nil {
 		p := field.NewPath("maxParallelImagePulls")
 		switch {

@@ -30,6 +30,7 @@ func TestValidateKubeletConfigurationDefaults(t *testing.T) {
 	kc.PodPidsLimit = ptr.To[int64](-1)
 	kc.SystemReserved = map[string]string{"cpu": "500m", "memory": "1Gi", "pid": "1000"}
 	kc.KubeReserved = map[string]string{"ephemeral-storage": "0"}
+	kc.ConfigMapAndSecretChangeDetectionStrategy = kubeletconfig.TTLCacheChangeDetectionStrategy
 	if errs := ValidateKubeletConfiguration(kc); len(errs) > 0 {
 		t.Fatalf("a valid configuration: %v", errs.ToAggregate())
 	}
@@ -45,6 +46,12 @@ func TestValidateKubeletConfiguration(t *testing.T) {
 		modify func(kc *kubeletconfig.KubeletConfiguration)
 		want   []string // one line per problem, in order
 	}{{
+		name: "unknown ConfigMap and Secret strategy",
+		modify: func(kc *kubeletconfig.KubeletConfiguration) {
+			kc.ConfigMapAndSecretChangeDetectionStrategy = "Poll"
+		},
+		want: []string{`configMapAndSecretChangeDetectionStrategy: Unsupported value: "Poll": supported values: "Watch", "Cache", "Get"`},
+	}, {
 		name: "unknown feature gate",
 		modify: func(kc *kubeletconfig.KubeletConfiguration) {
 			kc.FeatureGates = map[string]bool{"NoSuchGate": true, "EventedPLEG": false}
