@@ -25,6 +25,7 @@ import (
 
 	"github.com/fleetlet/fleetlet/nodeagent"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
+	"github.com/fleetlet/fleetlet/nodeagent/proxy"
 	"github.com/fleetlet/fleetlet/nodeagent/server"
 	"github.com/fleetlet/fleetlet/nodeagent/watchers"
 	"github.com/fleetlet/fleetlet/reports"
@@ -39,6 +40,19 @@ type NodePool struct {
 	Taints   []corev1.Taint
 	// Kubelet overrides the kubelet defaults for this pool's agents.
 	Kubelet *kubeletconfig.KubeletConfiguration
+	// KubeProxy is the pool's kube-proxy; nil runs one on every node with
+	// kube-proxy's defaults, as on a real cluster, when the fleet has
+	// kube-proxy credentials (Config.ProxyClientConfig).
+	KubeProxy *KubeProxy
+}
+
+// KubeProxy is a pool's kube-proxy settings.
+type KubeProxy struct {
+	// Disabled runs no kube-proxy on the pool's nodes (clusters whose CNI
+	// replaces it).
+	Disabled bool
+	// MinSyncPeriod is kube-proxy's minSyncPeriod; 0 is its default, 1 s.
+	MinSyncPeriod time.Duration
 }
 
 // Runtime is one node's CRI endpoint; Close releases it when the agent stops.
@@ -67,10 +81,19 @@ type Config struct {
 	ClientConfig func(nodeName string) (*rest.Config, error)
 	// NewRuntime returns the CRI endpoint of a node.
 	NewRuntime func(nodeName string) (Runtime, error)
-	// WrapTransport wraps every agent's transport, to count API requests.
-	WrapTransport transport.WrapperFunc
-	Recorder      reports.Recorder
-	Clock         clock.WithTickerAndDelayedExecution
+	// WrapTransport wraps every agent's transport, to count API requests;
+	// WrapProxyTransport every kube-proxy's.
+	WrapTransport      transport.WrapperFunc
+	WrapProxyTransport transport.WrapperFunc
+	// ProxyClientConfig returns the credentials of a node's kube-proxy
+	// (system:kube-proxy on our control plane, the shared kubeconfig on
+	// another); nil runs no kube-proxy on any node.
+	ProxyClientConfig func(nodeName string) (*rest.Config, error)
+	// NetworkProgramming receives the kube-proxies' network programming
+	// latencies.
+	NetworkProgramming proxy.LatencyRecorder
+	Recorder           reports.Recorder
+	Clock              clock.WithTickerAndDelayedExecution
 	// StartJitter spreads agent starts uniformly over this window, so that a
 	// fleet does not register and renew its leases in lockstep.
 	StartJitter time.Duration
@@ -131,6 +154,8 @@ type Fleet struct {
 	// shared watch mode, are the one set of those watches for all agents.
 	interners *watchers.Interners
 	watches   *watchers.Kubelet
+	// proxyInformers feed the kube-proxies in the shared watch mode.
+	proxyInformers *sharedProxyInformers
 }
 
 // New builds every agent of the fleet; nothing talks to the API server yet.
@@ -172,6 +197,9 @@ func New(cfg Config) (*Fleet, error) {
 		}
 		f.informers = NewSharedInformers(client)
 		f.watches = watchers.NewKubelet(watchers.Config{Client: client, Interners: f.interners, Clock: cfg.Clock})
+		if cfg.ProxyClientConfig != nil {
+			f.proxyInformers = newSharedProxyInformers(client, f.informers)
+		}
 	default:
 		return nil, fmt.Errorf("fleet: unknown watch mode %q; use %q or %q", cfg.WatchMode, WatchPerNode, WatchShared)
 	}
@@ -246,6 +274,10 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error
 	if err != nil {
 		return nil, fmt.Errorf("fleet: API client for node %s: %w", name, err)
 	}
+	kubeProxy, err := f.kubeProxyOf(pool, name)
+	if err != nil {
+		return nil, err
+	}
 	rt, err := f.cfg.NewRuntime(name)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: CRI endpoint for node %s: %w", name, err)
@@ -254,7 +286,7 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error
 		NodeName: name, NodeIP: ip, Capacity: pool.Capacity, Labels: withPoolLabel(pool), Taints: pool.Taints,
 		Kubelet: kc, Client: client, Runtime: rt.Runtime, Images: rt.Images, NetworkProber: rt.Prober, Logs: rt.Logs,
 		Recorder: f.cfg.Recorder, Clock: f.cfg.Clock, Serving: f.serving, ProbeQueue: f.probes,
-		KubeletWatches: f.watches, Interners: f.interners,
+		KubeletWatches: f.watches, Interners: f.interners, KubeProxy: kubeProxy,
 	}
 	if f.informers != nil {
 		agentCfg.Informers = f.informers
@@ -267,6 +299,41 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error
 		return nil, err
 	}
 	return &Member{Name: name, IP: ip, Pool: pool.Name, CRI: rt.Runtime, agent: agent, close: rt.Close}, nil
+}
+
+// kubeProxyOf is the kube-proxy of node name, nil if its pool runs none:
+// its own client, with kube-proxy's identity, its default client limits
+// (--kube-api-qps 5, --kube-api-burst 10) and a connection of its own, as a
+// kube-proxy pod beside the kubelet has.
+func (f *Fleet) kubeProxyOf(pool NodePool, name string) (*nodeagent.KubeProxyConfig, error) {
+	if f.cfg.ProxyClientConfig == nil || (pool.KubeProxy != nil && pool.KubeProxy.Disabled) {
+		return nil, nil
+	}
+	restCfg, err := f.cfg.ProxyClientConfig(name)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: kube-proxy credentials for node %s: %w", name, err)
+	}
+	restCfg = rest.CopyConfig(restCfg)
+	restCfg.QPS, restCfg.Burst = 5, 10
+	restCfg.UserAgent = "fleetlet-kube-proxy/" + name
+	restCfg.ContentType = "application/vnd.kubernetes.protobuf"
+	if f.cfg.WrapProxyTransport != nil {
+		restCfg.Wrap(f.cfg.WrapProxyTransport)
+	}
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	restCfg.Dial = dialer.DialContext
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: kube-proxy API client for node %s: %w", name, err)
+	}
+	kp := &nodeagent.KubeProxyConfig{Client: client, Latency: f.cfg.NetworkProgramming}
+	if pool.KubeProxy != nil {
+		kp.MinSyncPeriod = pool.KubeProxy.MinSyncPeriod
+	}
+	if f.proxyInformers != nil {
+		kp.Shared = f.proxyInformers
+	}
+	return kp, nil
 }
 
 // PoolLabel names the pool a node belongs to.
@@ -316,6 +383,10 @@ func (f *Fleet) Run(ctx context.Context) error {
 			return err
 		}
 		defer f.watches.Wait()
+	}
+	if f.proxyInformers != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); f.proxyInformers.Run(ctx) }()
 	}
 	if err := f.probes.Start(ctx); err != nil {
 		return err
