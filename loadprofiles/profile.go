@@ -93,6 +93,20 @@ type NodePool struct {
 	// (nodeagent.ValidateKubeletConfiguration), so a bad one fails the
 	// profile rather than every agent.
 	Kubelet *KubeletOverrides `json:"kubelet,omitempty"`
+	// KubeProxy is the pool's kube-proxy: on by default, as on a real
+	// cluster, with kube-proxy's own defaults.
+	KubeProxy *KubeProxy `json:"kubeProxy,omitempty"`
+}
+
+// KubeProxy is a pool's kube-proxy settings.
+type KubeProxy struct {
+	// Enabled runs kube-proxy on the pool's nodes; default true. Off, the
+	// nodes cost the API server the kubelet's watches only, as on clusters
+	// whose CNI replaces kube-proxy.
+	Enabled *bool `json:"enabled,omitempty"`
+	// MinSyncPeriod is kube-proxy's minSyncPeriod: the least time between
+	// two syncs of its rules; default 1s.
+	MinSyncPeriod metav1.Duration `json:"minSyncPeriod,omitzero"`
 }
 
 // KubeletOverrides are a pool's kubelet settings as the profile writes

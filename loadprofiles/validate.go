@@ -108,6 +108,10 @@ func validatePools(pools []NodePool, path *field.Path) field.ErrorList {
 		if pool.Kubelet != nil {
 			errs = append(errs, validateKubelet(pool, pp)...)
 		}
+		if kp := pool.KubeProxy; kp != nil && kp.MinSyncPeriod.Duration < 0 {
+			errs = append(errs, field.Invalid(pp.Child("kubeProxy", "minSyncPeriod"), kp.MinSyncPeriod.Duration.String(),
+				"must not be negative; leave it out for kube-proxy's default, 1s"))
+		}
 	}
 	total := 0
 	tooBig := false

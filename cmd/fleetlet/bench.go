@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,7 +20,12 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleetlet/fleetlet/loadprofiles"
@@ -54,6 +60,7 @@ func newBenchCommand() *cobra.Command {
 		fs.Duration("ready-timeout", 10*time.Minute, "how long to wait for every node to be Ready")
 		fs.String("dir", "", "directory for the control planes' data and logs (default: a new temporary directory)")
 		fs.Int("repeat", 1, "runs of each size; the table shows each figure's median over them")
+		fs.Int("services", 0, "before the settle, create this many ClusterIP Services (each with a selector, so the controller-manager makes an EndpointSlice for each) for the agents to watch")
 		fs.Int("pods-per-node", 0, "after the idle window, create this many pods per node, wait Running, delete them and wait gone")
 		fs.Float64("pod-qps", 100, "pods created (and deleted) per second with --pods-per-node")
 		fs.Duration("pod-timeout", 10*time.Minute, "how long to wait for the pods Running, and then gone")
@@ -74,6 +81,7 @@ type benchResult struct {
 	rssPerNode        float64 // KiB
 	cpuPerNode        float64 // millicores
 	goroutinesPerNode float64
+	watchesPerNode    float64
 	// latenessP99Ms and latenessMax are over the measurement window, once
 	// the fleet has registered and settled; startupLatenessP99Ms is over
 	// the registration and the settling before it.
@@ -159,6 +167,7 @@ func medianResult(runs []benchResult) benchResult {
 	m.rssPerNode = field(func(r *benchResult) float64 { return r.rssPerNode })
 	m.cpuPerNode = field(func(r *benchResult) float64 { return r.cpuPerNode })
 	m.goroutinesPerNode = field(func(r *benchResult) float64 { return r.goroutinesPerNode })
+	m.watchesPerNode = field(func(r *benchResult) float64 { return r.watchesPerNode })
 	m.latenessP99Ms = field(func(r *benchResult) float64 { return r.latenessP99Ms })
 	m.latenessMax = field(func(r *benchResult) float64 { return r.latenessMax })
 	m.startupLatenessP99Ms = field(func(r *benchResult) float64 { return r.startupLatenessP99Ms })
@@ -190,7 +199,10 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *i
 	// nodes (lifting their not-ready taints), which loads the API server
 	// for as long as it lasts.
 	opts.Schedulable = true
-	opts.Recorder, opts.WrapTransport, opts.DebugCollectors = collector, lateness.Wrap, lateness.Collectors()
+	counter := reports.NewAPICounter()
+	opts.Recorder, opts.DebugCollectors = collector, lateness.Collectors()
+	opts.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return counter.Wrap(lateness.Wrap(rt)) }
+	opts.WrapProxyTransport = counter.WrapAs(reports.ComponentKubeProxy)
 
 	// A run's fleet leaves the process's RSS higher than it found it, even
 	// after FreeOSMemory (pages the Go runtime keeps or cannot return), so
@@ -211,6 +223,11 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *i
 	fmt.Fprintf(os.Stderr, "fleetlet: %d nodes Ready after %v, schedulable after %v; measuring\n", n,
 		res.startup.Round(time.Millisecond), res.schedulable.Round(time.Millisecond))
 
+	if n := v.GetInt("services"); n > 0 {
+		if err := benchServices(ctx, client, n, v.GetDuration("ready-timeout")); err != nil {
+			return res, err
+		}
+	}
 	if err := sleepCtx(ctx, v.GetDuration("settle")); err != nil {
 		return res, err
 	}
@@ -225,6 +242,7 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *i
 	res.cpuPerNode = float64(cpuTime()-cpu0) / float64(window) * 1000 / float64(n)
 	res.rssPerNode = float64(currentRSS()-rss0) / 1024 / float64(n)
 	res.goroutinesPerNode = float64(runtime.NumGoroutine()-g0) / float64(n)
+	res.watchesPerNode = float64(counter.OpenWatches()) / float64(n)
 	hb := reports.Heartbeat(lateness, nil, 0, 0)
 	res.latenessP99Ms, res.latenessMax = hb.Lateness.P99Ms, hb.Lateness.MaxMs
 	res.leasePutP99Ms = hb.LeaseWriteLatency.P99Ms
@@ -248,6 +266,49 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *i
 	}
 	res.notReadyEvents = len(events.Items)
 	return res, nil
+}
+
+// benchServices creates count ClusterIP Services in the default namespace,
+// each selecting pods that do not exist, and waits until the
+// controller-manager has made an EndpointSlice for each: what every agent's
+// kubelet and kube-proxy then hold in their watches.
+func benchServices(ctx context.Context, client kubernetes.Interface, count int, timeout time.Duration) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := range count {
+		g.Go(func() error {
+			name := fmt.Sprintf("bench-svc-%d", i)
+			svc := &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"fleetlet.io/bench": "true"}},
+				Spec: corev1.ServiceSpec{
+					Selector: map[string]string{"app": name},
+					Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+				},
+			}
+			_, err := client.CoreV1().Services(metav1.NamespaceDefault).Create(gctx, svc, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating Service %s: %w", name, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	var n int
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		list, err := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name"})
+		if err != nil {
+			return false, nil
+		}
+		n = len(list.Items)
+		return n >= count, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%d Services created, but the controller-manager made only %d of their EndpointSlices in %v", count, n, timeout)
+	}
+	fmt.Fprintf(os.Stderr, "fleetlet: %d Services and their EndpointSlices created\n", count)
+	return nil
 }
 
 // benchPods runs the pod load of --pods-per-node: count pods stamped from
@@ -281,14 +342,14 @@ func benchPods(ctx context.Context, v *viper.Viper, cl *cluster, fleetProfile *l
 func printBench(w io.Writer, results []benchResult) {
 	withPods := slices.ContainsFunc(results, func(r benchResult) bool { return r.pods > 0 })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	header := "nodes\truns\tready after\tschedulable after\tRSS/node\tCPU/node\tgoroutines/node\tlease lateness p99\tmax\tlease PUT p99\tstart-up lateness p99\tNodeNotReady\t"
+	header := "nodes\truns\tready after\tschedulable after\tRSS/node\tCPU/node\tgoroutines/node\twatches/node\tlease lateness p99\tmax\tlease PUT p99\tstart-up lateness p99\tNodeNotReady\t"
 	if withPods {
 		header += "pods\tpod_startup p99\tagent_observed→running_reported p99\tagent_observed→running_set p99\tvolumes_mounted→running_set p99\t"
 	}
 	fmt.Fprintln(tw, header)
 	for _, r := range results {
-		fmt.Fprintf(tw, "%d\t%d\t%.1fs\t%.1fs\t%.0f KiB\t%.3f mc\t%.1f\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%d\t",
-			r.nodes, r.runs, r.startup.Seconds(), r.schedulable.Seconds(), r.rssPerNode, r.cpuPerNode, r.goroutinesPerNode, r.latenessP99Ms, r.latenessMax,
+		fmt.Fprintf(tw, "%d\t%d\t%.1fs\t%.1fs\t%.0f KiB\t%.3f mc\t%.1f\t%.1f\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%d\t",
+			r.nodes, r.runs, r.startup.Seconds(), r.schedulable.Seconds(), r.rssPerNode, r.cpuPerNode, r.goroutinesPerNode, r.watchesPerNode, r.latenessP99Ms, r.latenessMax,
 			r.leasePutP99Ms, r.startupLatenessP99Ms, r.notReadyEvents)
 		if withPods {
 			fmt.Fprintf(tw, "%d\t%.0f ms\t%.0f ms\t%.0f ms\t%.1f ms\t", r.pods, r.podStartupP99Ms, r.agentP99Ms, r.agentOwnP99Ms, r.mountedToRunningSetP99Ms)

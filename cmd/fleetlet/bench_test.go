@@ -18,6 +18,7 @@ func TestBenchFleetMeasuresAnIdleFleet(t *testing.T) {
 	v.Set("ready-timeout", 3*time.Minute)
 	v.Set("pods-per-node", 2)
 	v.Set("pod-qps", 20.0)
+	v.Set("services", 5)
 	v.Set("pod-timeout", 3*time.Minute)
 	var rssBase int64
 	r, err := benchOne(ctx, v, 4, t.TempDir(), &rssBase)
@@ -29,6 +30,12 @@ func TestBenchFleetMeasuresAnIdleFleet(t *testing.T) {
 	}
 	if r.nodes != 4 || r.startup <= 0 || r.schedulable < r.startup || r.goroutinesPerNode <= 0 || r.cpuPerNode <= 0 {
 		t.Errorf("result %+v: want the fleet's start-up, goroutines and CPU measured", r)
+	}
+	// A real node's watches: the kubelet's six (its pods and Node,
+	// Services, RuntimeClasses, CSIDrivers, its PodCertificateRequests) and
+	// kube-proxy's four (its Node, Services, EndpointSlices, ServiceCIDRs).
+	if r.watchesPerNode != 10 {
+		t.Errorf("an idle agent holds %.1f watches, want a real node's 10", r.watchesPerNode)
 	}
 	if r.notReadyEvents != 0 {
 		t.Errorf("%d NodeNotReady events in an idle fleet", r.notReadyEvents)

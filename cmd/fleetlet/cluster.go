@@ -23,8 +23,11 @@ type cluster struct {
 	// certificate on our control plane, so NodeRestriction and the Node
 	// authorizer treat it as a kubelet; the kubeconfig's on another cluster.
 	nodeConfig func(name string) (*rest.Config, error)
-	kubeconfig string
-	cp         *controlplane.ControlPlane
+	// proxyConfig returns a node's kube-proxy credentials: system:kube-proxy
+	// on our control plane, the kubeconfig's on another cluster.
+	proxyConfig func(name string) (*rest.Config, error)
+	kubeconfig  string
+	cp          *controlplane.ControlPlane
 	// metricsURLs are scraped before and after the load, with admin's
 	// credentials: the apiserver's and, on our control plane, the scheduler's.
 	metricsURLs []string
@@ -61,6 +64,7 @@ func openCluster(ctx context.Context, kubeconfig, binDir, dir string) (*cluster,
 	urls := cp.MetricsURLs()
 	return &cluster{
 		admin: cp.AdminRESTConfig(), nodeConfig: cp.NodeRESTConfig, kubeconfig: cp.AdminKubeconfig(), cp: cp,
+		proxyConfig: func(string) (*rest.Config, error) { return cp.ProxyRESTConfig(), nil },
 		metricsURLs: []string{urls[controlplane.ComponentAPIServer], urls[controlplane.ComponentScheduler]},
 		clientCAPEM: cp.CACertPEM(),
 	}, nil
@@ -90,6 +94,7 @@ func externalCluster(path string) (*cluster, error) {
 		clientCAPEM: caPEM,
 		admin:       cfg,
 		nodeConfig:  func(string) (*rest.Config, error) { return rest.CopyConfig(cfg), nil },
+		proxyConfig: func(string) (*rest.Config, error) { return rest.CopyConfig(cfg), nil },
 		kubeconfig:  path,
 		metricsURLs: []string{strings.TrimSuffix(cfg.Host, "/") + "/metrics"},
 	}, nil

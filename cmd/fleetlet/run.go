@@ -178,6 +178,7 @@ type profileRun struct {
 	collector *reports.Collector
 	counter   *reports.APICounter
 	lateness  *reports.LeaseLateness
+	netprog   *reports.NetworkProgramming
 	settings  map[string]string
 	// scrapeErrs are the control plane metrics the run could not read.
 	scrapeErrs []error
@@ -194,11 +195,13 @@ func startRun(ctx context.Context, opts sessionOptions) (*profileRun, error) {
 	}
 	r := &profileRun{
 		profile: opts.Profile, settings: settings,
-		collector: reports.NewCollector(), counter: reports.NewAPICounter(),
+		collector: reports.NewCollector(), counter: reports.NewAPICounter(), netprog: reports.NewNetworkProgramming(),
 		lateness: reports.NewLeaseLateness(nodeagent.LeaseRenewInterval(nodeagent.DefaultKubeletConfiguration())),
 	}
 	opts.Recorder = r.collector
 	opts.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return r.counter.Wrap(r.lateness.Wrap(rt)) }
+	opts.WrapProxyTransport = r.counter.WrapAs(reports.ComponentKubeProxy)
+	opts.NetworkProgramming = r.netprog
 	opts.DebugCollectors = append(opts.DebugCollectors, r.lateness.Collectors()...)
 	r.session = newSession(opts)
 	err = r.Start(ctx)
@@ -268,6 +271,11 @@ func (s *profileRun) report(metrics *reports.Metrics, runErr error) *reports.Rep
 		APIServerLatency: metrics.APICallLatencies(),
 		Series:           reports.Series{Pods: s.collector.PodSeries(), API: s.counter.RequestSeries()},
 		Settings:         s.settings,
+	}
+	if np := s.netprog.Summary(); np.Count > 0 {
+		rep.SLIs = append(rep.SLIs, np)
+		nodes := s.netprog.PerNode()
+		rep.NetworkProgrammingNodes = &nodes
 	}
 	rep.Scheduling = reports.SchedulingFrom(rep.Series.Pods, metrics)
 	hb := reports.Heartbeat(s.lateness, rep.API, s.counter.OpenWatches(), rep.WallSeconds)

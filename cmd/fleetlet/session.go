@@ -57,6 +57,10 @@ type sessionOptions struct {
 	Recorder        reports.Recorder
 	WrapTransport   transport.WrapperFunc
 	DebugCollectors []prometheus.Collector
+	// WrapProxyTransport wraps every kube-proxy's transport;
+	// NetworkProgramming receives their programming latencies.
+	WrapProxyTransport transport.WrapperFunc
+	NetworkProgramming *reports.NetworkProgramming
 }
 
 // optionsFrom reads the cluster and fleet flags into options for profile p
@@ -163,7 +167,7 @@ func (s *session) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	if s.fleet, err = fleet.New(fleet.Config{
+	fc := fleet.Config{
 		WatchMode:          o.watchMode(),
 		SharedClientConfig: cl.admin,
 		KubeletAPI:         &fleet.KubeletAPIConfig{Port: o.KubeletPort, ClientCAPEM: cl.clientCAPEM},
@@ -173,11 +177,17 @@ func (s *session) Start(ctx context.Context) error {
 		ClientConfig:       cl.nodeConfig,
 		NewRuntime:         newRuntime,
 		WrapTransport:      o.WrapTransport,
+		WrapProxyTransport: o.WrapProxyTransport,
+		ProxyClientConfig:  cl.proxyConfig,
 		Recorder:           o.Recorder,
 		StartJitter:        o.StartJitter,
 		Seed:               o.Seed,
 		Metrics:            metrics,
-	}); err != nil {
+	}
+	if o.NetworkProgramming != nil {
+		fc.NetworkProgramming = o.NetworkProgramming
+	}
+	if s.fleet, err = fleet.New(fc); err != nil {
 		return err
 	}
 

@@ -83,12 +83,31 @@ func fleetPools(p *loadprofiles.Profile) (pools []fleet.NodePool, settings map[s
 				corev1.ResourcePods:             *resource.NewQuantity(int64(pool.Pods), resource.DecimalSI),
 				corev1.ResourceEphemeralStorage: storage,
 			},
-			Labels:  pool.Labels,
-			Taints:  pool.Taints,
-			Kubelet: kc,
+			Labels:    pool.Labels,
+			Taints:    pool.Taints,
+			Kubelet:   kc,
+			KubeProxy: kubeProxyOf(pool, settings),
 		})
 	}
 	return pools, settings, nil
+}
+
+// kubeProxyOf is a pool's kube-proxy for the fleet, nil for the defaults;
+// settings gets what differs from them.
+func kubeProxyOf(pool loadprofiles.NodePool, settings map[string]string) *fleet.KubeProxy {
+	kp := pool.KubeProxy
+	if kp == nil {
+		return nil
+	}
+	out := &fleet.KubeProxy{MinSyncPeriod: kp.MinSyncPeriod.Duration}
+	if kp.Enabled != nil && !*kp.Enabled {
+		out.Disabled = true
+		settings[pool.Name+".kubeProxy.enabled"] = "false"
+	}
+	if d := kp.MinSyncPeriod.Duration; d != 0 {
+		settings[pool.Name+".kubeProxy.minSyncPeriod"] = d.String()
+	}
+	return out
 }
 
 // overlayKubelet sets on kc the pool's kubelet settings, and returns the
