@@ -183,6 +183,7 @@ func New(cfg Config) (*Fleet, error) {
 		restCfg := rest.CopyConfig(cfg.SharedClientConfig)
 		restCfg.UserAgent = userAgent
 		restCfg.ContentType = "application/vnd.kubernetes.protobuf"
+		restCfg.Wrap(gzipWatches)
 		if cfg.WrapTransport != nil {
 			restCfg.Wrap(cfg.WrapTransport)
 		}
@@ -261,6 +262,7 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error
 	restCfg.Burst = int(kc.KubeAPIBurst)
 	restCfg.UserAgent = "fleetlet/" + name
 	restCfg.ContentType = "application/vnd.kubernetes.protobuf"
+	restCfg.Wrap(gzipWatches)
 	if f.cfg.WrapTransport != nil {
 		restCfg.Wrap(f.cfg.WrapTransport)
 	}
@@ -317,6 +319,7 @@ func (f *Fleet) kubeProxyOf(pool NodePool, name string) (*nodeagent.KubeProxyCon
 	restCfg.QPS, restCfg.Burst = 5, 10
 	restCfg.UserAgent = "fleetlet-kube-proxy/" + name
 	restCfg.ContentType = "application/vnd.kubernetes.protobuf"
+	restCfg.Wrap(gzipWatches)
 	if f.cfg.WrapProxyTransport != nil {
 		restCfg.Wrap(f.cfg.WrapProxyTransport)
 	}

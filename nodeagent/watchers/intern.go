@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"unique"
 	"weak"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,7 +88,3 @@ func (in *Interner[E, P]) Len() int {
 	defer in.mu.Unlock()
 	return len(in.m)
 }
-
-// internKey returns the canonical copy of a store key, so that every node's
-// store of the same objects shares its key strings too.
-func internKey(s string) string { return unique.Make(s).Value() }

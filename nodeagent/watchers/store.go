@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -25,8 +26,11 @@ import (
 type Store[E any, P Object[E]] struct {
 	interner *Interner[E, P]
 
-	mu     sync.RWMutex
-	items  map[string]P
+	mu sync.RWMutex
+	// items are keyed by unique handles: 8 bytes each, and one copy of
+	// each key string for the whole fleet, which a string interned by
+	// value alone would not stay once the last handle was collected.
+	items  map[unique.Handle[string]]P
 	synced atomic.Bool
 }
 
@@ -36,7 +40,7 @@ func NewStore[E any, P Object[E]](interner *Interner[E, P]) *Store[E, P] {
 	if interner == nil {
 		interner = &Interner[E, P]{}
 	}
-	return &Store[E, P]{interner: interner, items: map[string]P{}}
+	return &Store[E, P]{interner: interner, items: map[unique.Handle[string]]P{}}
 }
 
 func keyOf(obj metav1.Object) string {
@@ -68,7 +72,7 @@ func (s *Store[E, P]) put(obj any) error {
 	if err != nil {
 		return err
 	}
-	key := internKey(keyOf(p))
+	key := unique.Make(keyOf(p))
 	p = s.interner.Intern(p)
 	s.mu.Lock()
 	s.items[key] = p
@@ -83,7 +87,7 @@ func (s *Store[E, P]) Delete(obj any) error {
 		return err
 	}
 	s.mu.Lock()
-	delete(s.items, keyOf(p))
+	delete(s.items, unique.Make(keyOf(p)))
 	s.mu.Unlock()
 	return nil
 }
@@ -91,13 +95,13 @@ func (s *Store[E, P]) Delete(obj any) error {
 // Replace implements cache.ReflectorStore: the reflector's list, or the end
 // of a watch-list's initial events, is the whole set.
 func (s *Store[E, P]) Replace(list []any, _ string) error {
-	items := make(map[string]P, len(list))
+	items := make(map[unique.Handle[string]]P, len(list))
 	for _, obj := range list {
 		p, err := s.object(obj)
 		if err != nil {
 			return err
 		}
-		items[internKey(keyOf(p))] = s.interner.Intern(p)
+		items[unique.Make(keyOf(p))] = s.interner.Intern(p)
 	}
 	s.mu.Lock()
 	s.items = items
@@ -116,7 +120,7 @@ func (s *Store[E, P]) HasSynced() bool { return s.synced.Load() }
 func (s *Store[E, P]) Get(key string) P {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.items[key]
+	return s.items[unique.Make(key)]
 }
 
 // List returns every object held, in no order. The objects are shared: do
