@@ -64,13 +64,15 @@ func (cp *ControlPlane) etcdComponent() component {
 	}
 }
 
-func (cp *ControlPlane) apiserverComponent(etcdURL string) component {
+// apiserverComponent runs the API server on etcdURL; auditPolicy is the
+// path of the audit policy when Config.AuditLogPath is set, else "".
+func (cp *ControlPlane) apiserverComponent(etcdURL, auditPolicy string) component {
 	p := cp.pki
 	return component{
 		name:  ComponentAPIServer,
 		ports: 1,
 		args: func(ports []int) []string {
-			return []string{
+			args := []string{
 				"--etcd-servers=" + etcdURL,
 				"--bind-address=127.0.0.1",
 				"--advertise-address=127.0.0.1",
@@ -111,6 +113,10 @@ func (cp *ControlPlane) apiserverComponent(etcdURL string) component {
 				// emulated cluster dials that Service.
 				"--endpoint-reconciler-type=none",
 			}
+			if auditPolicy != "" {
+				args = append(args, auditArgs(cp.cfg.AuditLogPath, auditPolicy)...)
+			}
+			return args
 		},
 		probe: func(ctx context.Context, ports []int) error {
 			return cp.httpGetOK(ctx, loopbackURL("https", ports[0])+"/readyz")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"time"
 )
 
@@ -69,6 +70,14 @@ type Config struct {
 	// StopTimeout bounds how long each component may take to exit after
 	// SIGTERM before it gets SIGKILL.
 	StopTimeout time.Duration
+	// AuditLogPath, when set, has the API server write an audit log there:
+	// one JSON audit.k8s.io/v1 Event per line, every request at Metadata
+	// level (who, verb, URI, object reference, response code; no bodies),
+	// its RequestReceived stage omitted, written before each response
+	// (blocking mode) and never truncated or rotated, so that the log holds
+	// every request. internal/audit reads it. A relative path is taken
+	// from the current directory.
+	AuditLogPath string
 	// ExtraArgs are appended to a component's command line, keyed by the
 	// Component* names. A scalar flag given twice takes the last value, so
 	// these override the ones chosen here; a list flag (such as
@@ -120,6 +129,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StartTimeout < 0 || c.StopTimeout < 0 {
 		return c, fmt.Errorf("controlplane: StartTimeout %s and StopTimeout %s must not be negative", c.StartTimeout, c.StopTimeout)
+	}
+	if c.AuditLogPath != "" {
+		abs, err := filepath.Abs(c.AuditLogPath)
+		if err != nil {
+			return c, fmt.Errorf("controlplane: AuditLogPath %q: %w", c.AuditLogPath, err)
+		}
+		c.AuditLogPath = abs
 	}
 	for name := range c.ExtraArgs {
 		if binaryName(name) == "" {

@@ -107,7 +107,13 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	}
 	cp.etcdURL = loopbackURL("http", ports[0])
 
-	if ports, err = cp.startComponent(ctx, cp.apiserverComponent(cp.etcdURL)); err != nil {
+	var auditPolicy string
+	if cp.cfg.AuditLogPath != "" {
+		if auditPolicy, err = writeAuditPolicy(cp.cfg.Dir, cp.cfg.AuditLogPath); err != nil {
+			return err
+		}
+	}
+	if ports, err = cp.startComponent(ctx, cp.apiserverComponent(cp.etcdURL, auditPolicy)); err != nil {
 		return err
 	}
 	cp.apiserverURL = loopbackURL("https", ports[0])
@@ -313,6 +319,28 @@ func (cp *ControlPlane) NodeRESTConfig(nodeName string) (*rest.Config, error) {
 	}
 	return cp.restConfig(pair), nil
 }
+
+// WriteKubeconfig writes to path a kubeconfig for this API server whose
+// client certificate, newly minted by the cluster CA, says commonName and
+// orgs: the user name and groups the API server authenticates it as. For a
+// kubelet: "system:node:<name>", "system:nodes"; for kube-proxy:
+// "system:kube-proxy" (the bootstrap policy binds system:node-proxier to
+// that user). The credentials are embedded, so the file stands alone; it
+// is written private to the user, since it holds a key.
+func (cp *ControlPlane) WriteKubeconfig(path, commonName string, orgs ...string) error {
+	if commonName == "" {
+		return errors.New("controlplane: WriteKubeconfig needs a common name, the user the API server will see")
+	}
+	pair, err := cp.pki.ca.issue(clientSpec(commonName, orgs...), time.Now())
+	if err != nil {
+		return fmt.Errorf("controlplane: credentials for %q: %w", commonName, err)
+	}
+	return writeKubeconfig(path, cp.apiserverURL, cp.pki.ca.certPEM, pair, commonName)
+}
+
+// AuditLogPath is where the API server writes its audit log (absolute),
+// or "" when Config.AuditLogPath was not set.
+func (cp *ControlPlane) AuditLogPath() string { return cp.cfg.AuditLogPath }
 
 func (cp *ControlPlane) restConfig(client pemPair) *rest.Config {
 	return &rest.Config{

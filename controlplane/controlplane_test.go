@@ -3,7 +3,9 @@
 package controlplane
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -19,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // binDir is where `make controlplane` puts the binaries: FLEETLET_BIN_DIR,
@@ -43,7 +46,8 @@ func binDir(t *testing.T) string {
 func TestControlPlane(t *testing.T) {
 	ctx := testContext(t)
 	begin := time.Now()
-	cp, err := Start(ctx, Config{BinDir: binDir(t), Dir: t.TempDir()})
+	auditLog := filepath.Join(t.TempDir(), "audit", "audit.log")
+	cp, err := Start(ctx, Config{BinDir: binDir(t), Dir: t.TempDir(), AuditLogPath: auditLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +158,29 @@ func TestControlPlane(t *testing.T) {
 		t.Errorf("n1 podCIDR %q is not a /24 of %s", podCIDR, DefaultClusterCIDR)
 	}
 
+	// A kubeconfig written for another identity authenticates as it, and
+	// the audit log names that identity on each of its requests.
+	n3Kubeconfig := filepath.Join(t.TempDir(), "n3.kubeconfig")
+	if err := cp.WriteKubeconfig(n3Kubeconfig, "system:node:n3", "system:nodes"); err != nil {
+		t.Fatal(err)
+	}
+	n3Config, err := clientcmd.BuildConfigFromFlags("", n3Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n3Config.UserAgent = "controlplane-test/n3"
+	n3, err := kubernetes.NewForConfig(n3Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n3.CoreV1().Nodes().Create(ctx, node("n3"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("node n3 registering itself with a written kubeconfig: %v", err)
+	}
+	if cp.AuditLogPath() != auditLog {
+		t.Errorf("AuditLogPath() = %q, want %q", cp.AuditLogPath(), auditLog)
+	}
+	checkAuditLog(t, auditLog, "system:node:n3", "controlplane-test/n3", "create", "nodes")
+
 	urls := cp.MetricsURLs()
 	for component, want := range map[string]string{
 		ComponentAPIServer:         "apiserver_request_total",
@@ -222,4 +249,41 @@ func getWithConfig(t *testing.T, cfg *rest.Config, url string) string {
 		t.Fatalf("GET %s: %s: %s", url, resp.Status, body)
 	}
 	return string(body)
+}
+
+// checkAuditLog finds in the audit log at path a ResponseComplete event of
+// user's verb on resource with userAgent, and no RequestReceived event.
+func checkAuditLog(t *testing.T, path, user, userAgent, verb, resource string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("audit log: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	found, events := false, 0
+	for sc.Scan() {
+		var e struct {
+			Level, Stage, Verb, UserAgent string
+			User                          struct{ Username string }
+			ObjectRef                     *struct{ Resource string }
+		}
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("audit log line %d is not JSON: %v", events+1, err)
+		}
+		events++
+		if e.Stage == "RequestReceived" || e.Level != "Metadata" {
+			t.Errorf("audit event at stage %s, level %s: the policy omits RequestReceived and logs Metadata", e.Stage, e.Level)
+		}
+		if e.Stage == "ResponseComplete" && e.User.Username == user && e.UserAgent == userAgent && e.Verb == verb && e.ObjectRef != nil && e.ObjectRef.Resource == resource {
+			found = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		t.Errorf("no %s %s by %s (%s) among the %d events of the audit log", verb, resource, user, userAgent, events)
+	}
 }
