@@ -7,6 +7,14 @@ UPSTREAM  := controlplane/upstream
 # The control plane binaries, built from the pinned upstream module.
 CP_BINS   := $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-scheduler $(BIN)/kube-controller-manager $(BIN)/kubectl
 PROFILE   ?= quickstart
+# The pinned Kubernetes version, stamped into the binaries as the release
+# build does (hack/lib/version.sh), so that /version, the hollow kubelets'
+# nodeInfo and version-skew checks read v1.37.x rather than v0.0.0-master.
+K8S_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" { print $$2; exit }' $(UPSTREAM)/go.mod)
+K8S_MINOR   := $(word 2,$(subst ., ,$(K8S_VERSION)))
+K8S_LDFLAGS := $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(pkg).gitVersion=$(K8S_VERSION) -X $(pkg).gitMajor=1 -X $(pkg).gitMinor=$(K8S_MINOR) \
+	-X $(pkg).gitTreeState=clean -X $(pkg).buildDate=1970-01-01T00:00:00Z)
 
 .PHONY: all build controlplane kubemark run test test-unit test-integration bench lint clean
 
@@ -27,7 +35,7 @@ controlplane: $(CP_BINS)
 $(CP_BINS) &: $(UPSTREAM)/go.mod $(UPSTREAM)/go.sum $(UPSTREAM)/etcd/main.go
 	@mkdir -p $(BIN)
 	@echo "Building the control plane from k8s.io/kubernetes (the first build takes a while)..."
-	cd $(UPSTREAM) && $(GO) build -o $(BIN)/ \
+	cd $(UPSTREAM) && $(GO) build -ldflags '$(K8S_LDFLAGS)' -o $(BIN)/ \
 		k8s.io/kubernetes/cmd/kube-apiserver \
 		k8s.io/kubernetes/cmd/kube-scheduler \
 		k8s.io/kubernetes/cmd/kube-controller-manager \
@@ -42,7 +50,7 @@ kubemark: $(BIN)/kubemark
 
 $(BIN)/kubemark: $(UPSTREAM)/go.mod $(UPSTREAM)/go.sum
 	@mkdir -p $(BIN)
-	cd $(UPSTREAM) && $(GO) build -o $@ k8s.io/kubernetes/cmd/kubemark
+	cd $(UPSTREAM) && $(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kubemark
 
 run: build controlplane
 	$(BIN)/fleetlet run --profile $(PROFILE)
