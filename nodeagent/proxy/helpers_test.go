@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -180,4 +181,14 @@ func newBareProxy(t testing.TB, lat LatencyRecorder) (*Proxy, *testingclock.Fake
 	p.trackerStart = t0
 	p.logger, _ = ktesting.NewTestContext(t)
 	return p, c
+}
+
+// heldKeys are the keys of m, sorted.
+func heldKeys[V any](m map[handle]V) []string {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k.Value())
+	}
+	slices.Sort(keys)
+	return keys
 }

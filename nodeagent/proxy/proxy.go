@@ -11,6 +11,8 @@
 // deciding whether a sync is due needs: keys, resource versions,
 // fingerprints and pending trigger times, a few hundred bytes per object
 // less than the objects, so that thousands of proxies fit in one process.
+// The keys and resource versions are interned (unique.Handle): the proxies
+// of a process hold the same objects, and share one copy of each string.
 package proxy
 
 import (
@@ -20,6 +22,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -149,17 +152,17 @@ type Proxy struct {
 	initialized bool
 
 	// serviceFingerprints holds every Service the proxier would proxy.
-	serviceFingerprints map[string]uint64
+	serviceFingerprints map[handle]uint64
 	// serviceChanges maps each Service changed since the last sync to the
 	// fingerprint that sync applied (0: none): ServiceChangeTracker.items,
 	// whose change is dropped when it comes back to what was applied.
-	serviceChanges map[string]uint64
+	serviceChanges map[handle]uint64
 	// sliceEntries holds every tracked EndpointSlice.
-	sliceEntries map[string]sliceEntry
+	sliceEntries map[handle]unique.Handle[sliceEntry]
 	// triggerTimes are the trigger times of the EndpointSlice changes since
 	// the last sync, by Service (EndpointsChangeTracker.lastChangeTriggerTimes).
-	triggerTimes map[string][]time.Time
-	cidrVersions map[string]string
+	triggerTimes map[handle][]time.Time
+	cidrVersions map[handle]handle
 	nodeState    nodeRecord
 	hasNode      bool
 	// bad are the objects already counted as unreadable.
@@ -173,14 +176,16 @@ type Proxy struct {
 // sliceEntry is what is kept of an EndpointSlice. Its resource version
 // stands for the whole object: upstream's EndpointSliceCache compares the
 // objects themselves (reflect.DeepEqual), and two states of one slice
-// differ exactly when their resource versions do.
+// differ exactly when their resource versions do. Entries are interned as
+// keys are: every proxy holding a state of a slice holds the same entry,
+// and its map's slot has one handle for it rather than two.
 type sliceEntry struct {
-	rv, serviceKey string
+	rv, serviceKey handle
 }
 
 type badKey struct {
 	kind string
-	key  string
+	key  handle
 }
 
 // New makes a node's kube-proxy; Start runs it.
@@ -212,9 +217,9 @@ func New(cfg Config) (*Proxy, error) {
 		cfg:                 cfg,
 		clock:               c,
 		logger:              klog.Background().WithValues("node", cfg.NodeName),
-		serviceFingerprints: map[string]uint64{},
-		sliceEntries:        map[string]sliceEntry{},
-		cidrVersions:        map[string]string{},
+		serviceFingerprints: map[handle]uint64{},
+		sliceEntries:        map[handle]unique.Handle[sliceEntry]{},
+		cidrVersions:        map[handle]handle{},
 		needFullSync:        true,
 	}
 	p.runner = newBoundedFrequencyRunner(func() error { p.syncProxyRules(); return nil },
@@ -405,9 +410,14 @@ func (p *Proxy) applyService(rec record, deleted bool) bool {
 	switch {
 	case fp == applied:
 		delete(p.serviceChanges, r.key)
+		if len(p.serviceChanges) == 0 {
+			// A map does not shrink, and with nothing pending the
+			// next sync may be an hour away.
+			p.serviceChanges = nil
+		}
 	case !pending:
 		if p.serviceChanges == nil {
-			p.serviceChanges = map[string]uint64{}
+			p.serviceChanges = map[handle]uint64{}
 		}
 		p.serviceChanges[r.key] = applied
 	}
@@ -428,23 +438,23 @@ func (p *Proxy) applySlice(rec record, deleted bool) bool {
 		p.stats.EndpointSliceChanges++
 		// A deletion's trigger time is that of the slice's last update,
 		// so upstream drops its Service's pending trigger times instead.
-		delete(p.triggerTimes, old.serviceKey)
+		delete(p.triggerTimes, old.Value().serviceKey)
 		return true
 	}
 	if r.bad != nil {
 		p.reportBad("EndpointSlice", r.key, r.bad)
 	}
-	if r.serviceKey == "" {
+	if r.serviceKey == noHandle {
 		return false
 	}
-	if old, ok := p.sliceEntries[r.key]; ok && old.rv == r.rv {
+	if old, ok := p.sliceEntries[r.key]; ok && old.Value().rv == r.rv {
 		return false
 	}
-	p.sliceEntries[r.key] = sliceEntry{rv: r.rv, serviceKey: r.serviceKey}
+	p.sliceEntries[r.key] = unique.Make(sliceEntry{rv: r.rv, serviceKey: r.serviceKey})
 	p.stats.EndpointSliceChanges++
 	if !r.trigger.IsZero() && r.trigger.After(p.trackerStart) {
 		if p.triggerTimes == nil {
-			p.triggerTimes = map[string][]time.Time{}
+			p.triggerTimes = map[handle][]time.Time{}
 		}
 		p.triggerTimes[r.serviceKey] = append(p.triggerTimes[r.serviceKey], r.trigger)
 	}
@@ -474,7 +484,7 @@ func (p *Proxy) applyServiceCIDR(rec record, deleted bool) bool {
 // proxier's OnTopologyChange).
 func (p *Proxy) applyNode(rec record, deleted bool) bool {
 	r := rec.(*nodeRecord)
-	if r.key != p.cfg.NodeName {
+	if r.key.Value() != p.cfg.NodeName {
 		return false
 	}
 	if deleted {
@@ -483,7 +493,7 @@ func (p *Proxy) applyNode(rec record, deleted bool) bool {
 			// restarted by its DaemonSet. This one goes on.
 			p.logger.Info("Node is being deleted; a real kube-proxy would exit")
 			p.hasNode = false
-			p.nodeState.rv = ""
+			p.nodeState.rv = noHandle
 			p.stats.NodeChanges++
 		}
 		return false
@@ -504,7 +514,7 @@ func (p *Proxy) applyNode(rec record, deleted bool) bool {
 	return false
 }
 
-func (p *Proxy) nodeKeys(yield func(string) bool) {
+func (p *Proxy) nodeKeys(yield func(handle) bool) {
 	if p.hasNode {
 		yield(p.nodeState.key)
 	}
@@ -512,7 +522,7 @@ func (p *Proxy) nodeKeys(yield func(string) bool) {
 
 // reportBad counts and logs, once per object, an object the proxy could not
 // read, p.mu held.
-func (p *Proxy) reportBad(kind, key string, err error) {
+func (p *Proxy) reportBad(kind string, key handle, err error) {
 	k := badKey{kind, key}
 	if _, seen := p.bad[k]; seen {
 		return
@@ -522,7 +532,7 @@ func (p *Proxy) reportBad(kind, key string, err error) {
 	}
 	p.bad[k] = struct{}{}
 	p.stats.BadObjects++
-	p.logger.Error(err, "Cannot read object; ignoring what cannot be read", "kind", kind, "object", key)
+	p.logger.Error(err, "Cannot read object; ignoring what cannot be read", "kind", kind, "object", key.Value())
 }
 
 // log is the proxy's logger, for code not holding p.mu.
@@ -532,15 +542,15 @@ func (p *Proxy) log() klog.Logger {
 	return p.logger
 }
 
-func (p *Proxy) forgetBad(kind, key string) {
+func (p *Proxy) forgetBad(kind string, key handle) {
 	if len(p.bad) > 0 {
 		delete(p.bad, badKey{kind, key})
 	}
 }
 
 // mapKeys yields the keys of *m.
-func mapKeys[V any](m *map[string]V) func(yield func(string) bool) {
-	return func(yield func(string) bool) {
+func mapKeys[V any](m *map[handle]V) func(yield func(handle) bool) {
+	return func(yield func(handle) bool) {
 		for k := range *m {
 			if !yield(k) {
 				return

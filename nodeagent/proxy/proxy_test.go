@@ -350,10 +350,10 @@ func TestReplaceRemovesKeys(t *testing.T) {
 	if err := p.services.Replace([]any{service("a", "10.96.0.1", 80)}, "3"); err != nil {
 		t.Fatal(err)
 	}
-	if got := slices.Sorted(mapKeys(&p.sliceEntries)); !slices.Equal(got, []string{"default/a-1"}) {
+	if got := heldKeys(p.sliceEntries); !slices.Equal(got, []string{"default/a-1"}) {
 		t.Errorf("slices held %v, want [default/a-1]", got)
 	}
-	if got := slices.Sorted(mapKeys(&p.serviceFingerprints)); !slices.Equal(got, []string{"default/a"}) {
+	if got := heldKeys(p.serviceFingerprints); !slices.Equal(got, []string{"default/a"}) {
 		t.Errorf("Services held %v, want [default/a]", got)
 	}
 	if len(p.triggerTimes) != 0 {
@@ -392,7 +392,7 @@ func TestReplaceTakesTransformedRecords(t *testing.T) {
 	if err := p.slices.Replace([]any{rec, tomb}, "1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := slices.Sorted(mapKeys(&p.sliceEntries)); !slices.Equal(got, []string{"default/a-1", "default/b-1"}) {
+	if got := heldKeys(p.sliceEntries); !slices.Equal(got, []string{"default/a-1", "default/b-1"}) {
 		t.Errorf("slices held %v", got)
 	}
 }
@@ -666,7 +666,7 @@ func TestWatchListFeedsRecords(t *testing.T) {
 	if o := <-streams; o.SendInitialEvents == nil || !*o.SendInitialEvents {
 		t.Fatalf("watch options %+v, want a watch-list", o)
 	}
-	if got := slices.Sorted(mapKeys(&p.sliceEntries)); !slices.Equal(got, []string{"default/a-1", "default/b-1"}) {
+	if got := heldKeys(p.sliceEntries); !slices.Equal(got, []string{"default/a-1", "default/b-1"}) {
 		t.Errorf("slices held %v", got)
 	}
 	// The stream goes on as the watch.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -17,18 +18,25 @@ import (
 // pkg/proxy/apis.LabelServiceProxyName).
 const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 
+// handle is an interned string: the keys, Service keys and resource
+// versions the proxy keeps. Every proxy of a process holds the same
+// objects, and so the same strings; a handle is 8 bytes, its string is kept
+// once for the whole process, and it is collected once no proxy holds a
+// handle of it. Logs and errors take its Value.
+type handle = unique.Handle[string]
+
 // A record is what the proxy keeps of one object, or less: the watches'
 // objects are reduced to records as they arrive and never kept. Records are
 // also what the reflectors' own temporary stores hold while a watch-list
 // streams the initial state (see objectStore.Transformer), so that a
 // proxy's start does not hold a thousand full EndpointSlices either.
 type record interface {
-	objectKey() string
+	objectKey() handle
 }
 
 // serviceRecord is a Service as the change tracker sees it.
 type serviceRecord struct {
-	key string
+	key handle
 	// fingerprint stands for the ServicePortMap the proxier would build of
 	// the Service; 0 when it would build none.
 	fingerprint uint64
@@ -36,15 +44,16 @@ type serviceRecord struct {
 	bad error
 }
 
-func (r *serviceRecord) objectKey() string { return r.key }
+func (r *serviceRecord) objectKey() handle { return r.key }
 
 // sliceRecord is an EndpointSlice as the endpoints change tracker sees it.
 type sliceRecord struct {
-	key string
+	key handle
 	// serviceKey is namespace/name of the slice's Service, the key its
-	// trigger times are kept under; empty when the slice names no Service.
-	serviceKey string
-	rv         string
+	// trigger times are kept under; the zero handle when the slice names no
+	// Service.
+	serviceKey handle
+	rv         handle
 	// trigger is the last-change-trigger-time annotation; zero if missing
 	// or unparseable.
 	trigger time.Time
@@ -54,31 +63,36 @@ type sliceRecord struct {
 	bad  error
 }
 
-func (r *sliceRecord) objectKey() string { return r.key }
+func (r *sliceRecord) objectKey() handle { return r.key }
 
 // cidrRecord is a ServiceCIDR: the proxier keeps only its CIDRs, and takes
 // no sync for a change of them.
-type cidrRecord struct{ key, rv string }
+type cidrRecord struct{ key, rv handle }
 
-func (r *cidrRecord) objectKey() string { return r.key }
+func (r *cidrRecord) objectKey() handle { return r.key }
 
 // nodeRecord is the proxy's Node as its topology config sees it.
 type nodeRecord struct {
-	key, rv string
+	key, rv handle
 	zone    string
 	hasZone bool
 }
 
-func (r *nodeRecord) objectKey() string { return r.key }
+func (r *nodeRecord) objectKey() handle { return r.key }
 
-// namespacedKey is cache.MetaNamespaceKeyFunc's key: a new string, which
-// therefore keeps nothing of the object it was made from alive.
-func namespacedKey(namespace, name string) string {
+// namespacedKey is cache.MetaNamespaceKeyFunc's key, interned. Like every
+// handle's, its string is a copy (unique.Make clones what it has not
+// seen), which keeps nothing of the object it was made from alive.
+func namespacedKey(namespace, name string) handle {
 	if namespace == "" {
-		return strings.Clone(name)
+		return unique.Make(name)
 	}
-	return namespace + "/" + name
+	return unique.Make(namespace + "/" + name)
 }
+
+// noHandle is the zero handle: no Service key, no resource version. It has
+// no Value.
+var noHandle handle
 
 func unwrapTombstone(obj any) any {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -111,7 +125,7 @@ func reduceEndpointSlice(obj any) (record, error) {
 	case *sliceRecord:
 		return o, nil
 	case *discoveryv1.EndpointSlice:
-		r := &sliceRecord{key: namespacedKey(o.Namespace, o.Name), rv: strings.Clone(o.ResourceVersion)}
+		r := &sliceRecord{key: namespacedKey(o.Namespace, o.Name), rv: unique.Make(o.ResourceVersion)}
 		_, headless := o.Labels[corev1.IsHeadlessService]
 		// EndpointsChangeTracker.EndpointSliceUpdate: an IPv4 proxier
 		// ignores slices of any other address type. (A dual-stack
@@ -124,17 +138,17 @@ func reduceEndpointSlice(obj any) (record, error) {
 		// endpointSliceCacheKeys: a slice is keyed by its Service.
 		service := o.Labels[discoveryv1.LabelServiceName]
 		if service == "" || o.Namespace == "" || o.Name == "" {
-			r.bad = fmt.Errorf("no %s label set on EndpointSlice %s", discoveryv1.LabelServiceName, r.key)
+			r.bad = fmt.Errorf("no %s label set on EndpointSlice %s", discoveryv1.LabelServiceName, r.key.Value())
 			return r, nil
 		}
-		r.serviceKey = serviceKeyOf(r.key, o.Namespace, o.Name, service)
+		r.serviceKey = serviceKeyOf(r.key.Value(), o.Namespace, o.Name, service)
 		// getLastChangeTriggerTime: a missing annotation and one that does
 		// not parse both give no trigger time; the latter is an error.
 		if v, ok := o.Annotations[corev1.EndpointsLastChangeTriggerTime]; ok {
 			t, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {
 				r.bad = fmt.Errorf("annotation %s=%q of EndpointSlice %s is not an RFC 3339 time: %w",
-					corev1.EndpointsLastChangeTriggerTime, v, r.key, err)
+					corev1.EndpointsLastChangeTriggerTime, v, r.key.Value(), err)
 			} else {
 				r.trigger = t
 			}
@@ -144,15 +158,15 @@ func reduceEndpointSlice(obj any) (record, error) {
 	return nil, fmt.Errorf("expected an EndpointSlice, got %T", obj)
 }
 
-// serviceKeyOf is namespace/service for the slice keyed sliceKey. The
-// EndpointSlice controller names a slice after its Service plus a suffix,
-// so the Service's key is most often a prefix of the slice's and costs no
-// memory of its own.
-func serviceKeyOf(sliceKey, namespace, sliceName, service string) string {
+// serviceKeyOf is namespace/service for the slice keyed sliceKey, interned:
+// the handle of the Service's own key. The EndpointSlice controller names a
+// slice after its Service plus a suffix, so the Service's key is most often
+// a prefix of the slice's, and looking it up makes no string.
+func serviceKeyOf(sliceKey, namespace, sliceName, service string) handle {
 	if strings.HasPrefix(sliceName, service) {
-		return sliceKey[:len(namespace)+1+len(service)]
+		return unique.Make(sliceKey[:len(namespace)+1+len(service)])
 	}
-	return namespace + "/" + service
+	return unique.Make(namespace + "/" + service)
 }
 
 // reduceServiceCIDR makes a ServiceCIDR's record.
@@ -161,7 +175,7 @@ func reduceServiceCIDR(obj any) (record, error) {
 	case *cidrRecord:
 		return o, nil
 	case *networkingv1.ServiceCIDR:
-		return &cidrRecord{key: namespacedKey("", o.Name), rv: strings.Clone(o.ResourceVersion)}, nil
+		return &cidrRecord{key: namespacedKey("", o.Name), rv: unique.Make(o.ResourceVersion)}, nil
 	}
 	return nil, fmt.Errorf("expected a ServiceCIDR, got %T", obj)
 }
@@ -174,7 +188,7 @@ func reduceNode(obj any) (record, error) {
 		return o, nil
 	case *corev1.Node:
 		zone, hasZone := o.Labels[corev1.LabelTopologyZone]
-		return &nodeRecord{key: namespacedKey("", o.Name), rv: strings.Clone(o.ResourceVersion),
+		return &nodeRecord{key: namespacedKey("", o.Name), rv: unique.Make(o.ResourceVersion),
 			zone: strings.Clone(zone), hasZone: hasZone}, nil
 	}
 	return nil, fmt.Errorf("expected a Node, got %T", obj)

@@ -21,19 +21,23 @@ import (
 // and pkg/proxy/node.go's newNodeManager), for a fleet's shared informers
 // to use the same.
 
+// The selectors' strings, made once for every proxy.
+var (
+	serviceLabelSelector = mustNotExist(LabelServiceProxyName)
+	serviceFieldSelector = fields.OneTermNotEqualSelector("spec.clusterIP", corev1.ClusterIPNone).String()
+	sliceLabelSelector   = mustNotExist(corev1.IsHeadlessService)
+)
+
 // ServiceListOptions selects Services that no other proxy claims, headless
 // ones left out.
 func ServiceListOptions() metav1.ListOptions {
-	return metav1.ListOptions{
-		LabelSelector: mustNotExist(LabelServiceProxyName),
-		FieldSelector: fields.OneTermNotEqualSelector("spec.clusterIP", corev1.ClusterIPNone).String(),
-	}
+	return metav1.ListOptions{LabelSelector: serviceLabelSelector, FieldSelector: serviceFieldSelector}
 }
 
 // EndpointSliceListOptions selects the slices of Services that are not
 // headless.
 func EndpointSliceListOptions() metav1.ListOptions {
-	return metav1.ListOptions{LabelSelector: mustNotExist(corev1.IsHeadlessService)}
+	return metav1.ListOptions{LabelSelector: sliceLabelSelector}
 }
 
 // ServiceCIDRListOptions selects every ServiceCIDR.
@@ -78,26 +82,28 @@ func (p *Proxy) newReflectors() []*cache.Reflector {
 	cidrs := client.NetworkingV1().ServiceCIDRs()
 	nodes := client.CoreV1().Nodes()
 	specs := []watchSpec{
-		{"node", p.node, &corev1.Node{}, NodeListOptions(p.cfg.NodeName),
+		{"kube-proxy node", p.node, &corev1.Node{}, NodeListOptions(p.cfg.NodeName),
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return nodes.List(ctx, o) }, nodes.Watch},
-		{"services", p.services, &corev1.Service{}, ServiceListOptions(),
+		{"kube-proxy services", p.services, &corev1.Service{}, ServiceListOptions(),
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return services.List(ctx, o) }, services.Watch},
-		{"endpointslices", p.slices, &discoveryv1.EndpointSlice{}, EndpointSliceListOptions(),
+		{"kube-proxy endpointslices", p.slices, &discoveryv1.EndpointSlice{}, EndpointSliceListOptions(),
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return slices.List(ctx, o) }, slices.Watch},
-		{"servicecidrs", p.cidrs, &networkingv1.ServiceCIDR{}, ServiceCIDRListOptions(),
+		{"kube-proxy servicecidrs", p.cidrs, &networkingv1.ServiceCIDR{}, ServiceCIDRListOptions(),
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return cidrs.List(ctx, o) }, cidrs.Watch},
 	}
 	reflectors := make([]*cache.Reflector, 0, len(specs))
 	for _, s := range specs {
-		sel := s.options
+		// The closures live as long as the proxy: they take what they
+		// need, not the spec with its example object.
+		label, field, list, watchFn := s.options.LabelSelector, s.options.FieldSelector, s.list, s.watch
 		lw := &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.LabelSelector, o.FieldSelector = sel.LabelSelector, sel.FieldSelector
-				return s.list(ctx, o)
+				o.LabelSelector, o.FieldSelector = label, field
+				return list(ctx, o)
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.LabelSelector, o.FieldSelector = sel.LabelSelector, sel.FieldSelector
-				return s.watch(ctx, o)
+				o.LabelSelector, o.FieldSelector = label, field
+				return watchFn(ctx, o)
 			},
 		}
 		// No resync: upstream's (ConfigSyncPeriod, 15 min) replays the
@@ -105,7 +111,7 @@ func (p *Proxy) newReflectors() []*cache.Reflector {
 		// API server nothing.
 		reflectors = append(reflectors, cache.NewReflectorWithOptions(
 			cache.ToListWatcherWithWatchListSemantics(lw, client), s.obj, s.store,
-			cache.ReflectorOptions{Name: "kube-proxy " + s.name}))
+			cache.ReflectorOptions{Name: s.name}))
 	}
 	return reflectors
 }
@@ -122,7 +128,7 @@ type objectStore struct {
 	// apply records an event, p.mu held, and says whether a sync is due.
 	apply func(r record, deleted bool) (syncDue bool)
 	// keys yields the keys held, p.mu held.
-	keys func(yield func(string) bool)
+	keys func(yield func(handle) bool)
 	// synced, if set, is called, p.mu held, when the kind has listed for
 	// the first time; it returns latencies to observe.
 	synced func() []time.Duration
@@ -150,7 +156,7 @@ func (s *objectStore) markListed() {
 
 // keyOnly is the record of an object known by its key only: the object a
 // Replace no longer lists.
-func (s *objectStore) keyOnly(key string) record {
+func (s *objectStore) keyOnly(key handle) record {
 	switch s.kind {
 	case "Service":
 		return &serviceRecord{key: key}
@@ -192,7 +198,7 @@ func (s *objectStore) Delete(obj any) error { return s.event(obj, true) }
 // client-go/tools/cache/the_real_fifo.go).
 func (s *objectStore) Replace(list []any, _ string) error {
 	records := make([]record, 0, len(list))
-	listed := make(map[string]struct{}, len(list))
+	listed := make(map[handle]struct{}, len(list))
 	for _, obj := range list {
 		r, err := s.reduce(obj)
 		if err != nil {
@@ -203,8 +209,8 @@ func (s *objectStore) Replace(list []any, _ string) error {
 	}
 	p := s.p
 	p.mu.Lock()
-	var gone []string
-	s.keys(func(key string) bool {
+	var gone []handle
+	s.keys(func(key handle) bool {
 		if _, ok := listed[key]; !ok {
 			gone = append(gone, key)
 		}
