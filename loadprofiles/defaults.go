@@ -14,6 +14,10 @@ const (
 	DefaultPodsPerNode = 110
 	DefaultQPS         = 50
 	DefaultWaitTimeout = 5 * time.Minute
+	// DefaultServicePort and DefaultServiceTargetPort are a services
+	// phase's port and the pods' port it forwards to.
+	DefaultServicePort       = 80
+	DefaultServiceTargetPort = 8080
 )
 
 // DefaultNodeCPU is a node's CPU capacity when its pool does not say: a
@@ -24,7 +28,7 @@ func DefaultNodeCPU() resource.Quantity { return resource.MustParse("8") }
 func DefaultNodeMemory() resource.Quantity { return resource.MustParse("32Gi") }
 
 // defaultPhaseName names a phase after its action, in DNS-label spelling so
-// that it can prefix pod names.
+// that it can prefix pod and Service names.
 func defaultPhaseName(action string) string {
 	switch action {
 	case "waitRunning":
@@ -36,7 +40,7 @@ func defaultPhaseName(action string) string {
 }
 
 // Default fills the fields left out: a pool's pods, cpu and memory, phase
-// names, rates, and wait and churn timeouts. For those fields zero means "not
+// names, rates, wait and churn timeouts, and Service ports. For those fields zero means "not
 // set": Parse rejects a zero the profile writes (explicitZeros) before it
 // defaults, and a profile built in Go gets the default. Negative values
 // are left for Validate to report. Counts are never defaulted: a profile must
@@ -75,6 +79,17 @@ func (p *Profile) Default() {
 		// else in the phase says how hard it should push.
 		if c := ph.Churn; c != nil && c.Timeout.Duration == 0 {
 			c.Timeout.Duration = DefaultWaitTimeout
+		}
+		if s := ph.Services; s != nil {
+			if s.QPS == 0 {
+				s.QPS = DefaultQPS
+			}
+			if s.Port == 0 {
+				s.Port = DefaultServicePort
+			}
+			if s.TargetPort == 0 {
+				s.TargetPort = DefaultServiceTargetPort
+			}
 		}
 	}
 }
@@ -123,6 +138,18 @@ func explicitZeros(p *Profile, tree any) field.ErrorList {
 		}
 		if c := ph.Churn; c != nil && c.Timeout.Duration == 0 && set(asMapping(written["churn"]), "timeout") {
 			zero(pp.Child("churn", "timeout"), c.Timeout.Duration.String(), DefaultWaitTimeout.String())
+		}
+		if s := ph.Services; s != nil {
+			w, sp := asMapping(written["services"]), pp.Child("services")
+			if s.QPS == 0 && set(w, "qps") {
+				zero(sp.Child("qps"), s.QPS, strconv.Itoa(DefaultQPS))
+			}
+			if s.Port == 0 && set(w, "port") {
+				zero(sp.Child("port"), s.Port, strconv.Itoa(DefaultServicePort))
+			}
+			if s.TargetPort == 0 && set(w, "targetPort") {
+				zero(sp.Child("targetPort"), s.TargetPort, strconv.Itoa(DefaultServiceTargetPort))
+			}
 		}
 	}
 	return errs

@@ -64,7 +64,7 @@ type Progress struct {
 	// Target is what the current phase works towards: the number of pods
 	// created once a create or churn phase ends (a churn's QPS × Duration
 	// on top of those created before), the pods to see Running, deleted or
-	// gone; 0 for a sleep.
+	// gone; 0 for a sleep or a services phase.
 	Target int
 }
 
@@ -85,6 +85,7 @@ type run struct {
 	namespace string
 	id        string // the fleetlet.io/run label value
 	pods      *tracker
+	services  serviceLedger
 }
 
 // Run executes p's phases in order and returns the first phase's error, which
@@ -92,7 +93,17 @@ type run struct {
 // Cancelling ctx stops the run promptly and returns ctx.Err() wrapped with the
 // phase name. Pods are left in place when Run fails: they carry the run's
 // fleetlet.io/run label, which the log line at the start gives.
-func (d *Driver) Run(ctx context.Context, p *Profile) error {
+//
+// Services are not: whatever the outcome, even when a phase failed or ctx
+// was cancelled, Run deletes the Services its services phases made before it
+// returns, best effort, under a context of its own (ctx's values, not its
+// cancellation) with a timeout of a minute plus 20 ms a Service. A Service
+// it could not delete is logged with the kubectl command that deletes the
+// rest. That failure is Run's error only when everything else succeeded: a
+// phase's error says more about the run, and is kept. It is returned then
+// because Services are named after their phase, not the run, so one left
+// behind would fail the next run's services phase in the namespace.
+func (d *Driver) Run(ctx context.Context, p *Profile) (err error) {
 	if d.Client == nil {
 		return errors.New("load driver: Client is nil")
 	}
@@ -120,6 +131,13 @@ func (d *Driver) Run(ctx context.Context, p *Profile) error {
 	logger := klog.FromContext(ctx).WithValues("profile", p.Name, "namespace", r.namespace, "run", r.id)
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Load run starting", "phases", len(p.Phases), "selector", LabelRun+"="+r.id)
+	defer func() {
+		// Logged by deleteServices; see the doc comment for when it is
+		// returned.
+		if cleanupErr := r.deleteServices(ctx); cleanupErr != nil && err == nil {
+			err = cleanupErr
+		}
+	}()
 
 	if err := r.ensureNamespace(ctx); err != nil {
 		return err
@@ -170,6 +188,8 @@ func (r *run) runPhase(ctx context.Context, ph *Phase) error {
 		return r.sleep(ctx, ph.Name, ph.Sleep.Duration.Duration)
 	case ph.Churn != nil:
 		return r.churn(ctx, ph.Name, ph.Churn)
+	case ph.Services != nil:
+		return r.createServices(ctx, ph.Name, ph.Services)
 	}
 	return errors.New("phase has no action") // Validate rejects this first
 }

@@ -43,7 +43,8 @@ type Profile struct {
 // Sweep names the parameter a capacity search steps and its values.
 type Sweep struct {
 	// Parameter is "nodes" (the first node pool's count) or "qps" (the rate
-	// of every create and churn phase).
+	// of every create and churn phase; a services phase keeps its own, since
+	// the sweep is over the pod creation rate).
 	Parameter string `json:"parameter"`
 	// Values are the steps, increasing.
 	Values []int `json:"values"`
@@ -184,8 +185,9 @@ type RuntimeBehaviour struct {
 
 // Phase is one step of the run. Exactly one action field is set.
 type Phase struct {
-	// Name is a DNS label; it prefixes the names of the pods the phase
-	// creates and is their fleetlet.io/phase label. Defaulted from the action.
+	// Name is a DNS label; it prefixes the names of the pods and Services
+	// the phase creates and is their fleetlet.io/phase label. Defaulted from
+	// the action.
 	Name string `json:"name,omitempty"`
 
 	Create      *CreatePhase `json:"create,omitempty"`
@@ -194,6 +196,9 @@ type Phase struct {
 	WaitGone    *WaitPhase   `json:"waitGone,omitempty"`
 	Sleep       *SleepPhase  `json:"sleep,omitempty"`
 	Churn       *ChurnPhase  `json:"churn,omitempty"`
+	// Services is the one action that makes no pods: it puts ClusterIP
+	// Services in front of pods the run makes.
+	Services *ServicesPhase `json:"services,omitempty"`
 }
 
 // CreatePhase creates Count pods from Template at QPS pods per second.
@@ -261,6 +266,36 @@ type ChurnPhase struct {
 	Template corev1.PodTemplateSpec `json:"template"`
 }
 
+// ServicesPhase creates Count ClusterIP Services at QPS creates per second,
+// named <phase name>-<i> for i from 0, each selecting the pods Selector
+// matches among the run's own, so that every change the endpoints
+// controllers make to their EndpointSlices as those pods come and go fans
+// out to every node's kube-proxy, whose network programming latency the
+// report then measures.
+//
+// Each Service carries the run's fleetlet.io/run and fleetlet.io/phase
+// labels, as pods do, and the driver deletes the run's Services when Run
+// returns, however it ends (see Driver.Run). Services are not pods: Progress
+// names the phase but counts none of them, and no histogram includes them.
+type ServicesPhase struct {
+	// Count is the number of Services; required, at most
+	// MaxServicesPerPhase.
+	Count int `json:"count"`
+	// QPS is Service creates per second; default DefaultQPS. A sweep over
+	// qps does not change it.
+	QPS float64 `json:"qps,omitempty"`
+	// Selector is the Services' label selector, as a Service writes it;
+	// required. The driver adds fleetlet.io/run=<the run's id> to it, so
+	// that pods another run left in the namespace are not selected; it must
+	// not give that key itself.
+	Selector map[string]string `json:"selector"`
+	// Port is the Services' one TCP port; default DefaultServicePort.
+	Port int32 `json:"port,omitempty"`
+	// TargetPort is the pods' port it forwards to; default
+	// DefaultServiceTargetPort.
+	TargetPort int32 `json:"targetPort,omitempty"`
+}
+
 // TotalNodes is the number of nodes over all pools.
 func (p *Profile) TotalNodes() int {
 	n := 0
@@ -300,6 +335,9 @@ func (ph *Phase) actions() []string {
 	}
 	if ph.Churn != nil {
 		names = append(names, "churn")
+	}
+	if ph.Services != nil {
+		names = append(names, "services")
 	}
 	return names
 }

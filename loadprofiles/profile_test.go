@@ -47,6 +47,10 @@ phases:
       duration: 30s
       lifetime: 10s
       template: {spec: {containers: [{name: churner, image: registry.k8s.io/pause:3.10}]}}
+  - services:
+      count: 7
+      qps: 9
+      selector: {app: web}
 `
 
 func TestParseValid(t *testing.T) {
@@ -65,7 +69,7 @@ func TestParseValid(t *testing.T) {
 	for _, ph := range p.Phases {
 		names = append(names, ph.Name)
 	}
-	if got, want := strings.Join(names, ","), "create,wait-running,delete,wait-gone,sleep,churn"; got != want {
+	if got, want := strings.Join(names, ","), "create,wait-running,delete,wait-gone,sleep,churn,services"; got != want {
 		t.Errorf("phase names = %s, want %s", got, want)
 	}
 	if got := p.Phases[2].Delete.QPS; got != DefaultQPS {
@@ -86,6 +90,13 @@ func TestParseValid(t *testing.T) {
 	}
 	if got := churn.Template.Spec.Containers[0].Name; got != "churner" {
 		t.Errorf("churn template container = %q", got)
+	}
+	svc := p.Phases[6].Services
+	if svc.Count != 7 || svc.QPS != 9 || svc.Selector["app"] != "web" || len(svc.Selector) != 1 {
+		t.Errorf("services = %d at %v/s selecting %v", svc.Count, svc.QPS, svc.Selector)
+	}
+	if svc.Port != DefaultServicePort || svc.TargetPort != DefaultServiceTargetPort {
+		t.Errorf("services ports = %d -> %d, want the defaults %d -> %d", svc.Port, svc.TargetPort, DefaultServicePort, DefaultServiceTargetPort)
 	}
 	if got := p.Runtime.PullLatency.Duration; got != 200*time.Millisecond {
 		t.Errorf("pullLatency = %v", got)
@@ -147,7 +158,7 @@ func TestParseErrors(t *testing.T) {
 	}, {
 		name: "no action in a phase",
 		old:  "  - delete: {}", new: "  - name: nothing",
-		want: `profile test.yaml: phases[2]: Required value: a phase needs one action: create, waitRunning, delete, waitGone, sleep or churn`,
+		want: `profile test.yaml: phases[2]: Required value: a phase needs one action: create, waitRunning, delete, waitGone, sleep, churn or services`,
 	}, {
 		name: "unknown field in a churn",
 		old:  "lifetime: 10s", new: "lifetme: 10s",
@@ -184,6 +195,18 @@ func TestParseErrors(t *testing.T) {
 		name: "churn and sleep in one phase",
 		old:  "  - churn:", new: "  - sleep: {duration: 1s}\n    churn:",
 		want: `profile test.yaml: phases[5].churn: Forbidden: a phase has exactly one action, and this one already has sleep`,
+	}, {
+		name: "unknown field in a services phase",
+		old:  "selector: {app: web}", new: "selector: {app: web}\n      prot: 80",
+		want: `profile test.yaml: unknown field "phases[6].services.prot"`,
+	}, {
+		name: "services and churn in one phase",
+		old:  "  - services:", new: "  - churn: {qps: 1, duration: 1s, template: {spec: {containers: [{name: a, image: b}]}}}\n    services:",
+		want: `profile test.yaml: phases[6].services: Forbidden: a phase has exactly one action, and this one already has churn`,
+	}, {
+		name: "services port not a number",
+		old:  "selector: {app: web}", new: "selector: {app: web}\n      port: http",
+		want: `profile test.yaml: phases[6].services.port: Invalid value: "http": must be an integer`,
 	}, {
 		name: "no containers",
 		old:  "          containers:\n            - name: app\n              image: registry.k8s.io/pause:3.10\n              resources: {requests: {cpu: 10m, memory: 16Mi}}\n",
@@ -276,7 +299,7 @@ func TestValidateReportsEveryProblemOnItsOwnLine(t *testing.T) {
 }
 
 func TestBuiltins(t *testing.T) {
-	if got, want := strings.Join(BuiltinNames(), ","), "churn,density,density-1k,eviction-storm,heartbeat,lifecycle,quickstart,scheduler-throughput,smoke,sweep"; got != want {
+	if got, want := strings.Join(BuiltinNames(), ","), "churn,density,density-1k,eviction-storm,heartbeat,lifecycle,quickstart,scheduler-throughput,services,smoke,sweep"; got != want {
 		t.Fatalf("BuiltinNames = %s, want %s", got, want)
 	}
 	for _, name := range BuiltinNames() {
@@ -368,6 +391,24 @@ func TestBuiltinShapes(t *testing.T) {
 		t.Errorf("churn = %v/s for %v, lifetime %v, timeout %v", ch.QPS, ch.Duration.Duration, ch.Lifetime.Duration, ch.Timeout.Duration)
 	}
 
+	sv := load("services")
+	if sv.TotalNodes() != 50 || phaseNames(sv) != "web-services,churn" {
+		t.Fatalf("services = %d nodes, phases %s", sv.TotalNodes(), phaseNames(sv))
+	}
+	if s := sv.Phases[0].Services; s.Count != 20 || s.QPS != 20 || len(s.Selector) != 1 || s.Selector["app"] != "web" || s.Port != 80 || s.TargetPort != 8080 {
+		t.Errorf("services phase = %d at %v/s selecting %v, port %d -> %d", s.Count, s.QPS, s.Selector, s.Port, s.TargetPort)
+	}
+	ch := sv.Phases[1].Churn
+	if ch.QPS != 5 || ch.Duration.Duration != 2*time.Minute || ch.Lifetime.Duration != 20*time.Second {
+		t.Errorf("services churn = %v/s for %v, lifetime %v", ch.QPS, ch.Duration.Duration, ch.Lifetime.Duration)
+	}
+	if ch.Template.Labels["app"] != "web" {
+		t.Errorf("services churn pods are labelled %v: the Services select app=web", ch.Template.Labels)
+	}
+	if sv.SLOs != (reports.SLOThresholds{}) {
+		t.Errorf("services SLOs = %+v, want the upstream thresholds", sv.SLOs)
+	}
+
 	h := load("heartbeat")
 	if h.TotalNodes() != 300 || len(h.Phases) != 1 || h.Phases[0].Sleep == nil || h.Phases[0].Sleep.Duration.Duration != 3*time.Minute {
 		t.Errorf("heartbeat = %d nodes, phases %s", h.TotalNodes(), phaseNames(h))
@@ -394,7 +435,7 @@ func TestBuiltinShapes(t *testing.T) {
 
 func TestLoadUnknownName(t *testing.T) {
 	_, err := Load("nosuch")
-	want := `unknown profile "nosuch": the built-in profiles are churn, density, density-1k, eviction-storm, heartbeat, lifecycle, quickstart, scheduler-throughput, smoke, sweep; a path to a YAML profile works too`
+	want := `unknown profile "nosuch": the built-in profiles are churn, density, density-1k, eviction-storm, heartbeat, lifecycle, quickstart, scheduler-throughput, services, smoke, sweep; a path to a YAML profile works too`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load(nosuch) error:\n got: %v\nwant: %s", err, want)
 	}
@@ -593,6 +634,83 @@ func TestParseCaughtBeforeTheRun(t *testing.T) {
 		edits: [][2]string{{"lifetime: 10s", "lifetime: 10s\n      timeout: 0s"}},
 		want:  `phases[5].churn.timeout: Invalid value: "0s": must be greater than zero; leave it out for the default 5m0s`,
 	}, {
+		name:  "zero services rate",
+		edits: [][2]string{{"qps: 9", "qps: 0"}},
+		want:  `phases[6].services.qps: Invalid value: 0: must be greater than zero; leave it out for the default 50`,
+	}, {
+		name:  "negative services rate",
+		edits: [][2]string{{"qps: 9", "qps: -1"}},
+		want:  `phases[6].services.qps: Invalid value: -1: must be greater than zero`,
+	}, {
+		name:  "services without a count",
+		edits: [][2]string{{"      count: 7\n", ""}},
+		want:  `phases[6].services.count: Invalid value: 0: must be greater than zero`,
+	}, {
+		name:  "negative services count",
+		edits: [][2]string{{"count: 7", "count: -7"}},
+		want:  `phases[6].services.count: Invalid value: -7: must be greater than zero`,
+	}, {
+		name:  "too many Services",
+		edits: [][2]string{{"count: 7", "count: 10001"}},
+		want:  `phases[6].services.count: Invalid value: 10001: must be at most 10000, the Services one phase may create: every kube-proxy of the fleet holds each of them`,
+	}, {
+		name:  "services without a selector",
+		edits: [][2]string{{"      selector: {app: web}\n", ""}},
+		want:  `phases[6].services.selector: Required value: the Services select the run's pods by label, for example {app: web}: without a selector they get no endpoints`,
+	}, {
+		name:  "services with an empty selector",
+		edits: [][2]string{{"selector: {app: web}", "selector: {}"}},
+		want:  `phases[6].services.selector: Required value: the Services select the run's pods by label, for example {app: web}: without a selector they get no endpoints`,
+	}, {
+		name:  "services selector key not a label key",
+		edits: [][2]string{{"selector: {app: web}", "selector: {app/x/y: web}"}},
+		want:  `phases[6].services.selector: Invalid value: "app/x/y": a valid label key must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')`,
+	}, {
+		name:  "services selector value not a label value",
+		edits: [][2]string{{"selector: {app: web}", "selector: {app: web server}"}},
+		want:  `phases[6].services.selector[app]: Invalid value: "web server": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`,
+	}, {
+		name:  "services selector on the run label",
+		edits: [][2]string{{"selector: {app: web}", "selector: {app: web, fleetlet.io/run: abc}"}},
+		want:  `phases[6].services.selector[fleetlet.io/run]: Forbidden: the driver adds this key, so that the Services select only the run's own pods`,
+	}, {
+		name:  "zero services port",
+		edits: [][2]string{{"selector: {app: web}", "selector: {app: web}\n      port: 0"}},
+		want:  `phases[6].services.port: Invalid value: 0: must be greater than zero; leave it out for the default 80`,
+	}, {
+		name:  "negative services port",
+		edits: [][2]string{{"selector: {app: web}", "selector: {app: web}\n      port: -80"}},
+		want:  `phases[6].services.port: Invalid value: -80: must be between 1 and 65535, inclusive`,
+	}, {
+		name:  "services port too high",
+		edits: [][2]string{{"selector: {app: web}", "selector: {app: web}\n      port: 65536"}},
+		want:  `phases[6].services.port: Invalid value: 65536: must be between 1 and 65535, inclusive`,
+	}, {
+		name:  "zero services targetPort",
+		edits: [][2]string{{"selector: {app: web}", "selector: {app: web}\n      targetPort: 0"}},
+		want:  `phases[6].services.targetPort: Invalid value: 0: must be greater than zero; leave it out for the default 8080`,
+	}, {
+		name:  "services targetPort too high",
+		edits: [][2]string{{"selector: {app: web}", "selector: {app: web}\n      targetPort: 70000"}},
+		want:  `phases[6].services.targetPort: Invalid value: 70000: must be between 1 and 65535, inclusive`,
+	}, {
+		name:  "services phase name not a DNS label",
+		edits: [][2]string{{"  - services:", "  - name: Web\n    services:"}},
+		want:  `phases[6].name: Invalid value: "Web": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`,
+	}, {
+		name:  "services phase name starting with a digit",
+		edits: [][2]string{{"  - services:", "  - name: 1web\n    services:"}},
+		want:  `phases[6].name: Invalid value: "1web": names the phase's Services <name>-<i>, and a Service's name must start with a letter: rename the phase`,
+	}, {
+		name:  "services phase name too long for its Services' names",
+		edits: [][2]string{{"  - services:", "  - name: " + strings.Repeat("w", 62) + "\n    services:"}},
+		want: `phases[6].name: Invalid value: "` + strings.Repeat("w", 62) + `": names the phase's Services up to ` + strings.Repeat("w", 62) +
+			`-6, 64 characters, and a Service's name is at most 63: shorten the phase name`,
+	}, {
+		name:  "two services phases of one name",
+		edits: [][2]string{{"  - services:", "  - services: {count: 1, selector: {app: api}}\n  - services:"}},
+		want:  `phases[7].name: Invalid value: "services": phases[6] is a services phase of this name already, and Services are named after their phase: give each services phase its own name`,
+	}, {
 		name:  "no phases",
 		edits: [][2]string{{validYAML[strings.Index(validYAML, "phases:"):], "phases: []\n"}},
 		want:  `phases: Required value: a profile needs at least one phase; to only run the fleet for a while, use [{sleep: {duration: 10m}}]`,
@@ -638,6 +756,7 @@ func TestParseCaughtBeforeTheRun(t *testing.T) {
 func TestParseExplicitZerosOnly(t *testing.T) {
 	yaml := strings.NewReplacer(
 		"qps: 5", "qps: null",
+		"qps: 9", "qps: null\n      port: null",
 		"waitRunning: {timeout: 1m}", "waitRunning: {}",
 		"    cpu: \"4\"\n", "    cpu:\n    pods:\n",
 	).Replace(validYAML)
@@ -647,6 +766,9 @@ func TestParseExplicitZerosOnly(t *testing.T) {
 	}
 	if c := p.Phases[0].Create; c.QPS != DefaultQPS {
 		t.Errorf("create qps = %v, want the default %v", c.QPS, DefaultQPS)
+	}
+	if s := p.Phases[6].Services; s.QPS != DefaultQPS || s.Port != DefaultServicePort {
+		t.Errorf("services qps %v, port %d, want the defaults %v, %d", s.QPS, s.Port, DefaultQPS, DefaultServicePort)
 	}
 	if w := p.Phases[1].WaitRunning; w.Timeout.Duration != DefaultWaitTimeout {
 		t.Errorf("waitRunning timeout = %v, want the default", w.Timeout.Duration)

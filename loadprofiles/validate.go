@@ -40,6 +40,11 @@ const (
 	// phase's count, or a churn's ⌈qps × duration⌉. The driver keeps a
 	// record of every pod it creates for the run's measurements.
 	MaxPodsPerPhase = 1_000_000
+	// MaxServicesPerPhase is the most Services one services phase may
+	// create. Every kube-proxy holds every Service and its EndpointSlices,
+	// so each one costs the whole fleet memory and syncs; clusterloader2's
+	// largest load tests stop at about this many per cluster.
+	MaxServicesPerPhase = 10_000
 )
 
 // Validate checks a defaulted profile and reports every problem at once, one
@@ -69,6 +74,7 @@ func (p *Profile) Validate() error {
 	for i := range p.Phases {
 		errs = append(errs, validatePhase(&p.Phases[i], phasesPath.Index(i))...)
 	}
+	errs = append(errs, uniqueServiceNames(p.Phases, phasesPath)...)
 	// A waitRunning before any create, or a waitGone before any delete, waits
 	// for nothing; that is pointless but harmless, so it is not an error.
 	if len(errs) == 0 {
@@ -172,7 +178,7 @@ func validatePhase(ph *Phase, path *field.Path) field.ErrorList {
 	actions := ph.actions()
 	switch len(actions) {
 	case 0:
-		return append(errs, field.Required(path, "a phase needs one action: create, waitRunning, delete, waitGone, sleep or churn"))
+		return append(errs, field.Required(path, "a phase needs one action: create, waitRunning, delete, waitGone, sleep, churn or services"))
 	case 1:
 	default:
 		for _, extra := range actions[1:] {
@@ -216,6 +222,71 @@ func validatePhase(ph *Phase, path *field.Path) field.ErrorList {
 				c.QPS, c.Duration.Duration, pods, MaxPodsPerPhase)))
 		}
 		errs = append(errs, validateTemplate(&c.Template, cp.Child("template"))...)
+	}
+	if s := ph.Services; s != nil {
+		errs = append(errs, validateServices(ph.Name, s, path)...)
+	}
+	return errs
+}
+
+// validateServices checks a services phase; path is the phase's.
+func validateServices(name string, s *ServicesPhase, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	sp := path.Child("services")
+	errs = append(errs, positive(s.Count, sp.Child("count"))...)
+	if s.Count > MaxServicesPerPhase {
+		errs = append(errs, field.Invalid(sp.Child("count"), s.Count, fmt.Sprintf(
+			"must be at most %d, the Services one phase may create: every kube-proxy of the fleet holds each of them", MaxServicesPerPhase)))
+	}
+	errs = append(errs, positiveRate(s.QPS, sp.Child("qps"))...)
+	selector := sp.Child("selector")
+	if len(s.Selector) == 0 {
+		errs = append(errs, field.Required(selector,
+			"the Services select the run's pods by label, for example {app: web}: without a selector they get no endpoints"))
+	}
+	errs = append(errs, validateLabels(s.Selector, selector)...)
+	if _, ok := s.Selector[LabelRun]; ok {
+		errs = append(errs, field.Forbidden(selector.Key(LabelRun),
+			"the driver adds this key, so that the Services select only the run's own pods"))
+	}
+	errs = append(errs, portNumber(s.Port, sp.Child("port"))...)
+	errs = append(errs, portNumber(s.TargetPort, sp.Child("targetPort"))...)
+
+	// The Services are named <name>-<i>, and a Service's name is a
+	// DNS-1035 label: it starts with a letter. The longest is the last's.
+	if len(dnsLabel(name, path.Child("name"))) == 0 && s.Count > 0 {
+		last := fmt.Sprintf("%s-%d", name, min(s.Count, MaxServicesPerPhase)-1)
+		switch {
+		case name[0] < 'a' || name[0] > 'z':
+			errs = append(errs, field.Invalid(path.Child("name"), name,
+				"names the phase's Services <name>-<i>, and a Service's name must start with a letter: rename the phase"))
+		case len(last) > validation.DNS1035LabelMaxLength:
+			errs = append(errs, field.Invalid(path.Child("name"), name, fmt.Sprintf(
+				"names the phase's Services up to %s, %d characters, and a Service's name is at most %d: shorten the phase name",
+				last, len(last), validation.DNS1035LabelMaxLength)))
+		}
+	}
+	return errs
+}
+
+// uniqueServiceNames reports a services phase named as an earlier one:
+// their Services would have the same names, and the second phase's creates
+// would all fail. (Names <name>-<i> of phases named differently never
+// collide: i is all digits, so the last "-" tells the name.)
+func uniqueServiceNames(phases []Phase, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	first := map[string]int{}
+	for i, ph := range phases {
+		if ph.Services == nil {
+			continue
+		}
+		if j, ok := first[ph.Name]; ok {
+			errs = append(errs, field.Invalid(path.Index(i).Child("name"), ph.Name, fmt.Sprintf(
+				"%s is a services phase of this name already, and Services are named after their phase: give each services phase its own name",
+				path.Index(j))))
+			continue
+		}
+		first[ph.Name] = i
 	}
 	return errs
 }
@@ -321,6 +392,14 @@ func positive(n int, path *field.Path) field.ErrorList {
 		return nil
 	}
 	return field.ErrorList{field.Invalid(path, n, "must be greater than zero")}
+}
+
+func portNumber(port int32, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsValidPortNum(int(port)) {
+		errs = append(errs, field.Invalid(path, port, msg))
+	}
+	return errs
 }
 
 func positiveRate(qps float64, path *field.Path) field.ErrorList {
