@@ -395,7 +395,7 @@ func TestBuiltinShapes(t *testing.T) {
 	if sv.TotalNodes() != 50 || phaseNames(sv) != "web-services,churn" {
 		t.Fatalf("services = %d nodes, phases %s", sv.TotalNodes(), phaseNames(sv))
 	}
-	if s := sv.Phases[0].Services; s.Count != 20 || s.QPS != 20 || len(s.Selector) != 1 || s.Selector["app"] != "web" || s.Port != 80 || s.TargetPort != 8080 {
+	if s := sv.Phases[0].Services; s.Count != 5 || s.QPS != 20 || len(s.Selector) != 1 || s.Selector["app"] != "web" || s.Port != 80 || s.TargetPort != 8080 {
 		t.Errorf("services phase = %d at %v/s selecting %v, port %d -> %d", s.Count, s.QPS, s.Selector, s.Port, s.TargetPort)
 	}
 	ch := sv.Phases[1].Churn

@@ -248,6 +248,9 @@ func driverConfig(admin *rest.Config, p *loadprofiles.Profile) *rest.Config {
 		if ph.Churn != nil && ph.Churn.QPS > maxQPS {
 			maxQPS = ph.Churn.QPS
 		}
+		if ph.Services != nil && ph.Services.QPS > maxQPS {
+			maxQPS = ph.Services.QPS
+		}
 	}
 	cfg.QPS = float32(2 * maxQPS)
 	cfg.Burst = int(4 * maxQPS)
