@@ -15,6 +15,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
+	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
+	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 	internalapi "k8s.io/cri-api/pkg/apis"
@@ -325,7 +329,7 @@ func (f *Fleet) kubeProxyOf(pool NodePool, name string) (*nodeagent.KubeProxyCon
 	}
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	restCfg.Dial = dialer.DialContext
-	client, err := kubernetes.NewForConfig(restCfg)
+	client, err := newProxyClient(restCfg)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: kube-proxy API client for node %s: %w", name, err)
 	}
@@ -440,3 +444,42 @@ func (f *Fleet) close() {
 		}
 	}
 }
+
+// proxyClient is a kube-proxy's client: the four API groups it calls, over
+// one HTTP client, rather than a full clientset's fifty REST clients, which
+// thousands of proxies in one process would each hold for nothing.
+type proxyClient struct {
+	core       *corev1client.CoreV1Client
+	discovery  *discoveryv1client.DiscoveryV1Client
+	networking *networkingv1client.NetworkingV1Client
+	events     *eventsv1client.EventsV1Client
+}
+
+func newProxyClient(cfg *rest.Config) (*proxyClient, error) {
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &proxyClient{}
+	if c.core, err = corev1client.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, err
+	}
+	if c.discovery, err = discoveryv1client.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, err
+	}
+	if c.networking, err = networkingv1client.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, err
+	}
+	if c.events, err = eventsv1client.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *proxyClient) CoreV1() corev1client.CoreV1Interface { return c.core }
+
+func (c *proxyClient) DiscoveryV1() discoveryv1client.DiscoveryV1Interface { return c.discovery }
+
+func (c *proxyClient) NetworkingV1() networkingv1client.NetworkingV1Interface { return c.networking }
+
+func (c *proxyClient) EventsV1() eventsv1client.EventsV1Interface { return c.events }

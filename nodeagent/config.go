@@ -85,7 +85,7 @@ type Config struct {
 
 // KubeProxyConfig is a node's kube-proxy.
 type KubeProxyConfig struct {
-	Client kubernetes.Interface
+	Client proxy.Client
 	// MinSyncPeriod is kube-proxy's minSyncPeriod; 0 is its default, 1 s.
 	MinSyncPeriod time.Duration
 	// Latency receives its network programming latencies.

@@ -24,7 +24,10 @@ import (
 	"time"
 	"unique"
 
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
+	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
+	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -40,6 +43,17 @@ const (
 	fullSyncPeriod       = time.Hour
 )
 
+// Client is the API a kube-proxy calls. kubernetes.Interface satisfies it;
+// so does a client of these four groups alone, which a process of thousands
+// of proxies builds instead of a full clientset and its fifty REST clients
+// (the fleet's does).
+type Client interface {
+	CoreV1() corev1client.CoreV1Interface
+	DiscoveryV1() discoveryv1client.DiscoveryV1Interface
+	NetworkingV1() networkingv1client.NetworkingV1Interface
+	EventsV1() eventsv1client.EventsV1Interface
+}
+
 // LatencyRecorder receives the proxy's network programming latencies:
 // upstream's kubeproxy_network_programming_duration_seconds.
 type LatencyRecorder interface {
@@ -53,7 +67,7 @@ type Config struct {
 	// Client is kube-proxy's own identity (user system:kube-proxy) and
 	// connection, apart from the kubelet's. Required, also with Shared: the
 	// event of the proxy's start is sent through it.
-	Client kubernetes.Interface
+	Client Client
 	// Clock times the sync loop and the latencies; nil is the real clock.
 	// The watches' retries run on the real clock.
 	Clock clock.WithTicker
