@@ -21,12 +21,14 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/fleetlet/fleetlet/loadprofiles"
 	"github.com/fleetlet/fleetlet/nodeagent"
@@ -273,9 +275,16 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *i
 // controller-manager has made an EndpointSlice for each: what every agent's
 // kubelet and kube-proxy then hold in their watches.
 func benchServices(ctx context.Context, client kubernetes.Interface, count int, timeout time.Duration) error {
+	// At 20 creates a second: each Service and then its EndpointSlice is an
+	// event for every node's watches, and on a small machine a faster burst
+	// fans out past the API server's request timeout.
+	limiter := rate.NewLimiter(20, 1)
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
+	g.SetLimit(4)
 	for i := range count {
+		if err := limiter.Wait(gctx); err != nil {
+			break
+		}
 		g.Go(func() error {
 			name := fmt.Sprintf("bench-svc-%d", i)
 			svc := &corev1.Service{
@@ -285,11 +294,17 @@ func benchServices(ctx context.Context, client kubernetes.Interface, count int, 
 					Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
 				},
 			}
-			_, err := client.CoreV1().Services(metav1.NamespaceDefault).Create(gctx, svc, metav1.CreateOptions{})
-			if err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("creating Service %s: %w", name, err)
-			}
-			return nil
+			// A create the API server timed out may still have been
+			// stored: retried, it is AlreadyExists, which is done.
+			return retry.OnError(wait.Backoff{Duration: time.Second, Factor: 2, Steps: 5}, func(err error) bool {
+				return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err)
+			}, func() error {
+				_, err := client.CoreV1().Services(metav1.NamespaceDefault).Create(gctx, svc, metav1.CreateOptions{})
+				if err != nil && !apierrors.IsAlreadyExists(err) {
+					return fmt.Errorf("creating Service %s: %w", name, err)
+				}
+				return nil
+			})
 		})
 	}
 	if err := g.Wait(); err != nil {
