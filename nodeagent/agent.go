@@ -165,6 +165,7 @@ func New(cfg Config) (*Agent, error) {
 	a.objects = objectcache.New(objectsCfg)
 	a.volumes = volumemanager.New(volumemanager.Config{
 		Clock: cfg.Clock, Client: cfg.Client, Objects: a.objects, Events: a.events, PodsDir: cfg.PodsDir, Allocatable: cfg.Capacity,
+		CheckInterval: volumemanager.CheckInterval,
 	})
 	runtimeConfig := kuberuntime.Config{
 		Runtime: a.cri, Images: cfg.Images, Events: a.events, Recorder: cfg.Recorder, Clock: cfg.Clock,
@@ -176,8 +177,12 @@ func New(cfg Config) (*Agent, error) {
 		// A real node: httpGet hooks reach the pod, as probes do.
 		runtimeConfig.NetworkHook = networkHook(prober.NewHTTPRunner(nil))
 	}
+	runtimeConfig.SandboxReady = a.onSandboxReady
 	a.podRuntime = kuberuntime.NewManager(runtimeConfig)
-	a.statusManager = podstatus.NewManager(podstatus.Config{Client: cfg.Client, Clock: cfg.Clock, Recorder: cfg.Recorder})
+	a.statusManager = podstatus.NewManager(podstatus.Config{
+		Client: cfg.Client, Clock: cfg.Clock, Recorder: cfg.Recorder,
+		CouldHaveRunningContainers: a.couldHaveRunningContainers,
+	})
 	network := cfg.NetworkProber
 	if network == nil {
 		network = prober.NewHTTPRunner(nil)
@@ -324,10 +329,18 @@ func (a *Agent) waitForNode(ctx context.Context) error {
 }
 
 // startPodWorkers makes the pod workers, whose goroutines live until ctx
-// ends.
+// ends. They read the PLEG as the kubelet's read its pod status cache.
 func (a *Agent) startPodWorkers(ctx context.Context) error {
-	a.workers = podworkers.New(ctx, a, a.cfg.Clock)
+	a.workers = podworkers.New(ctx, a, a.cfg.Clock, a.pleg)
 	return nil
+}
+
+// couldHaveRunningContainers is the status manager's question to the pod
+// workers, asked only of pods whose status was set (after the workers
+// exist): until its worker has stopped a pod's containers, a terminal
+// phase is held back.
+func (a *Agent) couldHaveRunningContainers(uid types.UID) bool {
+	return a.workers != nil && a.workers.CouldHaveRunningContainers(uid)
 }
 
 // syncLoop turns PLEG events and probe results into pod syncs, the
@@ -413,7 +426,7 @@ func (a *Agent) podHandler() cache.ResourceEventHandler {
 				// A rejected pod never ran: once it is deleted, the status
 				// manager deletes it for good.
 				if pod.DeletionTimestamp != nil {
-					a.statusManager.TerminatePod(pod.UID)
+					a.statusManager.TerminatePod(pod)
 				}
 				return
 			}
@@ -426,7 +439,7 @@ func (a *Agent) podHandler() cache.ResourceEventHandler {
 			// A pod that completed on its own and is deleted later has no
 			// worker left to act: the status manager finishes the deletion.
 			if pod.DeletionTimestamp != nil && a.workers.IsTerminated(pod.UID) {
-				a.statusManager.TerminatePod(pod.UID)
+				a.statusManager.TerminatePod(pod)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -482,7 +495,7 @@ func (a *Agent) admit(pod *corev1.Pod) bool {
 		QOSClass: pod.Status.QOSClass, Phase: corev1.PodFailed,
 		Reason: r.Reason, Message: "Pod was rejected: " + r.Message,
 	})
-	a.statusManager.TerminatePod(pod.UID)
+	a.statusManager.TerminatePod(pod)
 	return false
 }
 

@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,37 +19,64 @@ import (
 
 // SyncPod is the kubelet's syncPod for a pod that should run: it reports the
 // status the runtime shows now, then asks the runtime manager to converge.
-// The status that follows (Running, Ready) is reported on the sync the PLEG
-// triggers when it sees the containers start, as on a real kubelet.
-func (a *Agent) SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, err error) {
+// On a first sync that status is Pending with no sandbox; the runtime
+// manager reports PodReadyToStartContainers once the sandbox is up
+// (onSandboxReady); what follows (Running, Ready) is reported on the sync
+// the PLEG triggers when it sees the containers start, as on a real kubelet.
+func (a *Agent) SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, postSync func(), err error) {
 	rs, err := a.podRuntime.GetPodStatus(ctx, pod.UID)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	a.updateProbes(pod, rs)
 	if phase := a.setStatus(pod, rs, false); phase == corev1.PodSucceeded || phase == corev1.PodFailed {
-		return true, nil
+		return true, nil, nil
 	}
 	if a.pastActiveDeadline(pod) {
-		return true, nil
+		return true, nil, nil
 	}
 	// Until its volumes are set up the pod stays ContainerCreating; the
 	// error has the pod worker retry.
 	if err := a.volumes.WaitForAttachAndMount(ctx, pod); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	a.cfg.Recorder.Mark(pod.UID, reports.VolumesMounted, a.cfg.Clock.Now())
 	if err := a.podRuntime.SyncPod(ctx, pod, rs, a.probes); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	// The kubelet relists a pod right after a sync that succeeded
 	// (PLEGOnDemandRelist, GA in 1.37), so that containers it just started
 	// are reported Running without waiting for the next periodic relist.
 	// The kubelet asks only after a sync that acted; relisting a pod that
-	// did not change emits nothing and costs one filtered list.
-	a.pleg.RequestRelist(ctx, pod.UID)
-	return false, nil
+	// did not change emits nothing and costs one filtered list. It asks
+	// once the pod worker has recorded the sync's end (postSync), so the
+	// relist counts as newer than the sync.
+	return false, func() { a.pleg.RequestRelist(ctx, pod.UID) }, nil
 }
+
+// onSandboxReady is the kubelet's OnPodSandboxReady, which the runtime
+// manager calls once a new sandbox is up and the pod's volumes are
+// mounted: PodReadyToStartContainers turns True in the pod's last status
+// at once, before images are pulled and containers started (the kubelet's
+// second status update of a starting pod).
+func (a *Agent) onSandboxReady(_ context.Context, pod *corev1.Pod) {
+	prev, ok := a.statusManager.Status(pod.UID)
+	if !ok {
+		prev = pod.Status
+	}
+	a.statusManager.SetPodStatus(a.apiPod(pod), podstatus.SandboxReady(pod, prev, a.cfg.Clock.Now()))
+	blockOnCRI()
+}
+
+// blockOnCRI stands for the wait of a kubelet's goroutine on the CRI calls
+// that follow a status it has just set (the containers' creation after
+// OnPodSandboxReady, the kill after the terminating status): a remote call
+// blocks, and the status manager runs meanwhile and sends that status on
+// its own. The in-process runtime blocks on nothing, and Go's scheduler
+// would keep running this goroutine, and those it wakes, ahead of the
+// status manager, which would then find the next status set too and send
+// both as one request where the kubelet sends two.
+func blockOnCRI() { runtime.Gosched() }
 
 // containerOptions resolves a container's environment and mounts for the
 // runtime manager, as the kubelet's GenerateRunContainerOptions does.
@@ -121,15 +149,19 @@ func (a *Agent) pastActiveDeadline(pod *corev1.Pod) bool {
 	return true
 }
 
-// SyncTerminatingPod stops the pod's containers within the grace period and
-// reports their final states.
+// SyncTerminatingPod stops the pod's containers within the grace period.
+// As the kubelet's, it reports the pod's status twice: as it stands before
+// anything stops (a deletion has moved the pod's generation on), then with
+// the containers' final states and the terminal phase.
 func (a *Agent) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, gracePeriod int64) error {
-	// Readiness keeps being probed while the pod stops, as on the kubelet.
-	a.probes.StopLivenessAndStartup(pod.UID)
 	rs, err := a.podRuntime.GetPodStatus(ctx, pod.UID)
 	if err != nil {
 		return err
 	}
+	a.setStatus(pod, rs, false)
+	blockOnCRI()
+	// Readiness keeps being probed while the pod stops, as on the kubelet.
+	a.probes.StopLivenessAndStartup(pod.UID)
 	if err := a.podRuntime.KillPod(ctx, pod, rs, gracePeriod); err != nil {
 		return err
 	}
@@ -140,13 +172,18 @@ func (a *Agent) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, gracePe
 	return nil
 }
 
-// SyncTerminatedPod removes the pod's containers and sandbox and lets the
-// status manager finish the deletion in the API server.
+// SyncTerminatedPod removes the pod's containers, sandbox and volumes, then
+// marks its status final (TerminatePod), which lets the status manager
+// delete a pod being deleted for good. As the kubelet's, it first reports
+// the terminal status again: while the pod is being deleted that update is
+// forced, one GET more, and the PATCH that a status held back while
+// containers could still run.
 func (a *Agent) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error {
 	rs, err := a.podRuntime.GetPodStatus(ctx, pod.UID)
 	if err != nil {
 		return err
 	}
+	a.setStatus(pod, rs, true)
 	if err := a.podRuntime.RemovePod(ctx, rs); err != nil {
 		return err
 	}
@@ -155,7 +192,7 @@ func (a *Agent) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error {
 	if err := a.volumes.CleanupPod(pod.UID); err != nil {
 		return fmt.Errorf("cleaning up the volumes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	a.statusManager.TerminatePod(pod.UID)
+	a.statusManager.TerminatePod(a.apiPod(pod))
 	return nil
 }
 
@@ -168,15 +205,21 @@ func (a *Agent) setStatus(pod *corev1.Pod, rs *kuberuntime.PodStatus, terminal b
 	}
 	st := podstatus.Generate(podstatus.Input{
 		Pod: pod, Runtime: rs, Waiting: a.podRuntime.Waiting(pod.UID), Probes: a.probes, Previous: prev,
-		NodeIP: a.cfg.NodeIP, RuntimeName: a.runtimeName, Now: a.cfg.Clock.Now(),
-		// A pod already terminal keeps its phase through its teardown.
-		Terminal: terminal && prev.Phase != corev1.PodSucceeded && prev.Phase != corev1.PodFailed,
+		NodeIP: a.cfg.NodeIP, RuntimeName: a.runtimeName, Now: a.cfg.Clock.Now(), Terminal: terminal,
 	})
-	if terminal && (prev.Phase == corev1.PodSucceeded || prev.Phase == corev1.PodFailed) {
-		st.Phase, st.Reason, st.Message = prev.Phase, prev.Reason, prev.Message
-	}
-	a.statusManager.SetPodStatus(pod, st)
+	a.statusManager.SetPodStatus(a.apiPod(pod), st)
 	return st.Phase
+}
+
+// apiPod is the pod as the API server holds it, for the status manager: a
+// pod worker's copy may carry a deletion it made up (an eviction's kill),
+// and the kubelet forces status updates only for pods the API is deleting.
+// A pod gone from the API (force-deleted) is the worker's copy.
+func (a *Agent) apiPod(pod *corev1.Pod) *corev1.Pod {
+	if p := a.pod(pod.UID); p != nil {
+		return p
+	}
+	return pod
 }
 
 // networkHook runs httpGet lifecycle handlers with a probe

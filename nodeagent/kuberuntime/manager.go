@@ -55,6 +55,11 @@ type Config struct {
 	// its sandbox runs with, as the kubelet's runtimeclass.Manager does; nil
 	// runs every sandbox with the default handler.
 	RuntimeHandler func(runtimeClassName *string) (string, error)
+	// SandboxReady is the kubelet's OnPodSandboxReady: called once a new
+	// sandbox is up with its network (the pod's volumes are mounted by
+	// then), before images are pulled and containers started, so that
+	// PodReadyToStartContainers turns True at once. nil calls nothing.
+	SandboxReady func(ctx context.Context, pod *corev1.Pod)
 	// MemoryCapacity is the node's memory in bytes, which ranks burstable
 	// containers' OOM score adjustments as on the kubelet.
 	MemoryCapacity int64
@@ -229,6 +234,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *corev1.Pod, status *PodStatu
 		sandbox = resp.Status
 		// Containers of the old sandbox do not count in the new one.
 		status = &PodStatus{UID: status.UID}
+		if m.cfg.SandboxReady != nil {
+			m.cfg.SandboxReady(ctx, pod)
+		}
 	} else {
 		sandbox = status.ReadySandbox()
 		sandboxConfig = m.sandboxConfig(pod, sandbox.GetMetadata().GetAttempt())

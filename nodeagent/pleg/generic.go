@@ -3,6 +3,7 @@ package pleg
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -57,6 +58,16 @@ type Generic struct {
 
 	mu         sync.Mutex
 	lastRelist time.Time
+
+	// When the runtime was last listed, as the kubelet's pod status cache
+	// keeps it for its pod workers (cache.UpdateTime and each pod's
+	// modified time): relistAt is the start of the newest relist of every
+	// pod, podRelistAt that of a pod relisted alone (on demand) since.
+	// relisted is closed, and replaced, when either moves.
+	relistMu    sync.Mutex
+	relistAt    time.Time
+	podRelistAt map[types.UID]time.Time
+	relisted    chan struct{}
 }
 
 // NewGeneric returns a generic PLEG relisting every period.
@@ -66,7 +77,47 @@ func NewGeneric(runtime internalapi.RuntimeService, clk clock.WithTicker, period
 		events:        make(chan *Event, channelCapacity),
 		requestSignal: make(chan struct{}, 1),
 		last:          map[types.UID]map[string]containerState{},
+		podRelistAt:   map[types.UID]time.Time{},
+		relisted:      make(chan struct{}),
 	}
+}
+
+// WaitNewerThan blocks until the pod's containers have been listed by a
+// relist that started after t (of every pod, or of this one on demand), or
+// ctx ends. It is the kubelet's pod status cache GetNewerThan, on which a
+// pod worker waits before each sync so that it acts on a runtime status
+// newer than its last sync: up to a relist period after a sync that just
+// ended.
+func (g *Generic) WaitNewerThan(ctx context.Context, uid types.UID, t time.Time) error {
+	for {
+		g.relistMu.Lock()
+		newer := g.relistAt.After(t) || g.podRelistAt[uid].After(t)
+		ch := g.relisted
+		g.relistMu.Unlock()
+		if newer {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// markRelisted records a relist that started at start, of every pod when
+// uid is "", and wakes the waiters.
+func (g *Generic) markRelisted(uid types.UID, start time.Time) {
+	g.relistMu.Lock()
+	defer g.relistMu.Unlock()
+	if uid == "" {
+		g.relistAt = start
+		maps.DeleteFunc(g.podRelistAt, func(_ types.UID, at time.Time) bool { return !at.After(start) })
+	} else {
+		g.podRelistAt[uid] = start
+	}
+	close(g.relisted)
+	g.relisted = make(chan struct{})
 }
 
 // Watch implements PodLifecycleEventGenerator.
@@ -131,6 +182,7 @@ func (g *Generic) RequestRelist(_ context.Context, uid types.UID) {
 // RelistPod lists one pod's containers and emits an event for each whose
 // state changed since it was last seen.
 func (g *Generic) RelistPod(ctx context.Context, uid types.UID) error {
+	start := g.clock.Now()
 	containers, err := g.runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{
 		LabelSelector: map[string]string{kubelettypes.KubernetesPodUIDLabel: string(uid)},
 	})
@@ -147,6 +199,7 @@ func (g *Generic) RelistPod(ctx context.Context, uid types.UID) error {
 	} else {
 		g.last[uid] = now
 	}
+	g.markRelisted(uid, start)
 	return nil
 }
 
@@ -182,6 +235,7 @@ func (g *Generic) Relist(ctx context.Context) error {
 		}
 	}
 	g.last = current
+	g.markRelisted("", start)
 	return nil
 }
 

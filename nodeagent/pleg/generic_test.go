@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -106,5 +107,75 @@ func TestHealthyTurnsFalseWhenRelistStalls(t *testing.T) {
 	clk.Step(time.Second)
 	if ok, err := g.Healthy(); ok || err == nil {
 		t.Fatal("still healthy after the relist threshold passed")
+	}
+}
+
+// TestWaitNewerThan is the kubelet's pod cache GetNewerThan: a wait ends
+// with a relist that started after the given time, of every pod or of the
+// pod alone; a relist of another pod, or one not newer, does not end it.
+func TestWaitNewerThan(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Now())
+	rt := newRuntime(t, clk)
+	g := NewGeneric(rt, clk, RelistPeriod)
+	wait := func(uid string, after time.Time) <-chan error {
+		done := make(chan error, 1)
+		go func() { done <- g.WaitNewerThan(ctx, types.UID(uid), after) }()
+		return done
+	}
+	pending := func(what string, done <-chan error) {
+		t.Helper()
+		select {
+		case err := <-done:
+			t.Fatalf("%s: the wait ended (%v)", what, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	ended := func(what string, done <-chan error) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the wait did not end", what)
+		}
+	}
+
+	synced := clk.Now()
+	done := wait("u1", synced)
+	// A relist in the same instant as the sync's end is not newer.
+	if err := g.Relist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pending("a relist as old as the sync", done)
+	clk.Step(time.Millisecond)
+	if err := g.RelistPod(ctx, "u2"); err != nil {
+		t.Fatal(err)
+	}
+	pending("another pod's relist", done)
+	if err := g.RelistPod(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	ended("the pod's own relist", done)
+
+	clk.Step(time.Millisecond)
+	done = wait("u3", clk.Now())
+	clk.Step(time.Millisecond)
+	if err := g.Relist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ended("a relist of every pod", done)
+	if err := g.WaitNewerThan(ctx, "u1", synced); err != nil {
+		t.Errorf("an old time waited: %v", err)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- g.WaitNewerThan(cctx, "u1", clk.Now()) }()
+	cancel()
+	if err := <-cancelled; err == nil {
+		t.Error("a cancelled wait returned no error")
 	}
 }

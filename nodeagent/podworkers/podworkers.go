@@ -22,12 +22,22 @@ import (
 type Syncer interface {
 	// SyncPod brings a running pod towards its spec. It reports terminal
 	// once the pod has reached Succeeded or Failed: the worker then
-	// terminates it, though it is not being deleted.
-	SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, err error)
+	// terminates it, though it is not being deleted. postSync, if not nil,
+	// runs once the worker has recorded the sync's end, as the kubelet's
+	// does (its relist request must count as newer than the sync).
+	SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, postSync func(), err error)
 	// SyncTerminatingPod stops the pod's containers within the grace period.
 	SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, gracePeriod int64) error
 	// SyncTerminatedPod cleans up after the containers stopped.
 	SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error
+}
+
+// Cache is the kubelet's pod status cache as its pod workers use it: the
+// PLEG fills it at each relist.
+type Cache interface {
+	// WaitNewerThan blocks until the pod's runtime status has been read
+	// after t, or ctx ends.
+	WaitNewerThan(ctx context.Context, uid types.UID, t time.Time) error
 }
 
 // The kubelet's pod worker timing: a failed sync is retried after
@@ -41,12 +51,16 @@ const (
 	retryJitterFactor = 0.5
 )
 
+// A worker's states, one way, as the kubelet's podSyncStatus: syncing
+// (SyncPod), terminating (SyncTerminatingPod: containers may run),
+// terminated (containers stopped: SyncTerminatedPod cleans up), finished.
 type state int
 
 const (
 	syncing state = iota
 	terminating
 	terminated
+	finished
 )
 
 type worker struct {
@@ -65,6 +79,7 @@ type worker struct {
 type PodWorkers struct {
 	syncer Syncer
 	clock  clock.WithTickerAndDelayedExecution
+	cache  Cache
 	ctx    context.Context
 
 	mu      sync.Mutex
@@ -72,9 +87,15 @@ type PodWorkers struct {
 	wg      sync.WaitGroup
 }
 
-// New returns PodWorkers whose goroutines live until ctx ends.
-func New(ctx context.Context, syncer Syncer, clk clock.WithTickerAndDelayedExecution) *PodWorkers {
-	return &PodWorkers{syncer: syncer, clock: clk, ctx: ctx, workers: map[types.UID]*worker{}}
+// New returns PodWorkers whose goroutines live until ctx ends. With a
+// cache, a worker moving a pod on to terminating and to terminated first
+// waits for a runtime status newer than its last sync, as the kubelet's
+// podWorkerLoop waits on its pod cache (GetNewerThan): up to a PLEG
+// relist period at each step of a teardown. SyncPod does not wait: the
+// agent reads the runtime's status directly, and its readiness updates go
+// through SyncPod where the kubelet's go straight to the status manager.
+func New(ctx context.Context, syncer Syncer, clk clock.WithTickerAndDelayedExecution, cache Cache) *PodWorkers {
+	return &PodWorkers{syncer: syncer, clock: clk, cache: cache, ctx: ctx, workers: map[types.UID]*worker{}}
 }
 
 // UpdatePod hands the newest version of a pod to its worker, starting one if
@@ -89,7 +110,7 @@ func (p *PodWorkers) UpdatePod(pod *corev1.Pod) {
 		p.wg.Add(1)
 		go p.run(pod.UID, w)
 	}
-	if w.state == terminated {
+	if w.state >= terminated {
 		return
 	}
 	w.pod = pod
@@ -134,12 +155,23 @@ func (p *PodWorkers) Forget(uid types.UID) {
 	}()
 }
 
-// IsTerminated reports whether the pod's worker has finished terminating.
+// IsTerminated reports whether the pod's worker has finished terminating:
+// its containers are stopped and SyncTerminatedPod has cleaned up.
 func (p *PodWorkers) IsTerminated(uid types.UID) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w, ok := p.workers[uid]
-	return ok && w.state == terminated
+	return ok && w.state == finished
+}
+
+// CouldHaveRunningContainers is the kubelet's: true from the moment a
+// worker may sync the pod until SyncTerminatingPod has stopped its
+// containers; false for a pod without a worker.
+func (p *PodWorkers) CouldHaveRunningContainers(uid types.UID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w, ok := p.workers[uid]
+	return ok && w.state < terminated
 }
 
 // Finished returns a channel closed once the pod's worker has terminated
@@ -171,6 +203,8 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 	defer p.wg.Done()
 	defer close(w.finished)
 	logger := klog.FromContext(p.ctx).WithValues("podUID", uid)
+	// lastSync is when the worker's previous sync ended.
+	var lastSync time.Time
 	for {
 		select {
 		case <-p.ctx.Done():
@@ -188,6 +222,12 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 		p.mu.Unlock()
 
 		ctx := klog.NewContext(p.ctx, logger.WithValues("pod", klog.KObj(pod)))
+		if st != syncing && p.cache != nil && !lastSync.IsZero() {
+			if err := p.cache.WaitNewerThan(ctx, uid, lastSync); err != nil {
+				p.stopRetry(w)
+				return
+			}
+		}
 		var err error
 		switch st {
 		case syncing:
@@ -196,7 +236,12 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 			w.cancelSync = cancel
 			p.mu.Unlock()
 			var terminal bool
-			terminal, err = p.syncer.SyncPod(syncCtx, pod)
+			var postSync func()
+			terminal, postSync, err = p.syncer.SyncPod(syncCtx, pod)
+			lastSync = p.clock.Now()
+			if postSync != nil {
+				postSync()
+			}
 			p.mu.Lock()
 			w.cancelSync = nil
 			p.mu.Unlock()
@@ -212,12 +257,22 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 			}
 		case terminating:
 			err = p.syncer.SyncTerminatingPod(ctx, pod, gracePeriod(pod))
+			lastSync = p.clock.Now()
 			if err == nil {
-				err = p.syncer.SyncTerminatedPod(ctx, pod)
-			}
-			if err == nil {
+				// The kubelet's completeTerminating: no container runs
+				// any more, and the clean-up comes next.
 				p.mu.Lock()
 				w.state = terminated
+				w.pending = true
+				p.mu.Unlock()
+				signal(w.wake)
+			}
+		case terminated:
+			err = p.syncer.SyncTerminatedPod(ctx, pod)
+			lastSync = p.clock.Now()
+			if err == nil {
+				p.mu.Lock()
+				w.state = finished
 				p.mu.Unlock()
 				p.stopRetry(w)
 				return

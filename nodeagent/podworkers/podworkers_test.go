@@ -11,6 +11,7 @@ import (
 	"github.com/fleetlet/fleetlet/internal/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -51,8 +52,8 @@ func (s *syncer) record(call string) error {
 	return nil
 }
 
-func (s *syncer) SyncPod(_ context.Context, pod *corev1.Pod) (bool, error) {
-	return pod.Labels["terminal"] == "true", s.record("sync:" + pod.ResourceVersion)
+func (s *syncer) SyncPod(_ context.Context, pod *corev1.Pod) (bool, func(), error) {
+	return pod.Labels["terminal"] == "true", nil, s.record("sync:" + pod.ResourceVersion)
 }
 func (s *syncer) SyncTerminatingPod(_ context.Context, pod *corev1.Pod, grace int64) error {
 	return s.record(fmt.Sprintf("terminating:%s:%d", pod.ResourceVersion, grace))
@@ -74,7 +75,7 @@ func pod(rv string) *corev1.Pod {
 func newWorkers(t *testing.T, s *syncer) (*PodWorkers, *clocktesting.FakeClock) {
 	ctx, cancel := context.WithCancel(context.Background())
 	clk := clocktesting.NewFakeClock(time.Now())
-	p := New(ctx, s, clk)
+	p := New(ctx, s, clk, nil)
 	t.Cleanup(func() { cancel(); p.Wait() })
 	return p, clk
 }
@@ -206,17 +207,17 @@ type blockingSyncer struct {
 	started chan struct{}
 }
 
-func (s *blockingSyncer) SyncPod(ctx context.Context, pod *corev1.Pod) (bool, error) {
+func (s *blockingSyncer) SyncPod(ctx context.Context, pod *corev1.Pod) (bool, func(), error) {
 	close(s.started)
 	<-ctx.Done()
-	return false, ctx.Err()
+	return false, nil, ctx.Err()
 }
 
 func TestKillCancelsTheSyncInFlight(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := &blockingSyncer{started: make(chan struct{})}
-	p := New(ctx, s, clocktesting.NewFakeClock(time.Now()))
+	p := New(ctx, s, clocktesting.NewFakeClock(time.Now()), nil)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u1", ResourceVersion: "1"}}
 	p.UpdatePod(pod)
 	<-s.started
@@ -227,4 +228,121 @@ func TestKillCancelsTheSyncInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the pod was not terminated while its sync waited: calls %v", s.calls)
 	}
+}
+
+// cache is a PLEG as the workers wait on it: each wait is recorded, and
+// held until released.
+type cache struct {
+	mu      sync.Mutex
+	waits   []time.Time
+	release chan struct{}
+}
+
+func (c *cache) WaitNewerThan(ctx context.Context, _ types.UID, t time.Time) error {
+	c.mu.Lock()
+	c.waits = append(c.waits, t)
+	c.mu.Unlock()
+	select {
+	case <-c.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *cache) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waits)
+}
+
+// slowSyncer's SyncPod takes a second of the fake clock, and its postSync
+// records when it ran.
+type slowSyncer struct {
+	syncer
+	clk      *clocktesting.FakeClock
+	postSync chan time.Time
+}
+
+func (s *slowSyncer) SyncPod(ctx context.Context, pod *corev1.Pod) (bool, func(), error) {
+	s.clk.Step(time.Second)
+	_, _, err := s.syncer.SyncPod(ctx, pod)
+	return false, func() { s.postSync <- s.clk.Now() }, err
+}
+
+// TestTeardownWaitsForTheCache follows the kubelet's pod worker: each step
+// of a teardown waits for a runtime status newer than the previous sync,
+// and the containers count as possibly running until SyncTerminatingPod
+// has stopped them. A postSync runs after the sync's end is recorded.
+func TestTeardownWaitsForTheCache(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	clk := clocktesting.NewFakeClock(time.Now())
+	s := &slowSyncer{clk: clk, postSync: make(chan time.Time, 1)}
+	c := &cache{release: make(chan struct{})}
+	p := New(ctx, s, clk, c)
+	t.Cleanup(func() { cancel(); p.Wait() })
+	if p.CouldHaveRunningContainers("u1") {
+		t.Error("a pod without a worker could have running containers")
+	}
+	p.UpdatePod(pod("1"))
+	synced := <-s.postSync
+	if !p.CouldHaveRunningContainers("u1") {
+		t.Error("a synced pod could not have running containers")
+	}
+	deleted := pod("2")
+	deleted.DeletionTimestamp = &metav1.Time{Time: clk.Now()}
+	p.UpdatePod(deleted)
+	testutil.WaitFor(t, "the terminating step waits for the cache", func() bool { return c.count() == 1 })
+	c.mu.Lock()
+	if !c.waits[0].Equal(synced) {
+		t.Errorf("waited for a status newer than %v, want the sync's end %v (before postSync ran)", c.waits[0], synced)
+	}
+	c.mu.Unlock()
+	if n := len(s.snapshot()); n != 1 {
+		t.Errorf("calls %v before the cache answered, want the first sync only", s.snapshot())
+	}
+	c.release <- struct{}{}
+	testutil.WaitFor(t, "the terminated step waits for the cache", func() bool { return c.count() == 2 })
+	if got := s.snapshot(); len(got) != 2 || got[1] != "terminating:2:30" {
+		t.Errorf("calls %v, want the termination before the second wait", got)
+	}
+	if p.CouldHaveRunningContainers("u1") {
+		t.Error("containers could still run after SyncTerminatingPod stopped them")
+	}
+	if p.IsTerminated("u1") {
+		t.Error("terminated before SyncTerminatedPod ran")
+	}
+	c.release <- struct{}{}
+	testutil.WaitFor(t, "the pod is terminated", func() bool { return p.IsTerminated("u1") })
+	if got := s.snapshot(); len(got) != 3 || got[2] != "terminated:2" {
+		t.Errorf("calls %v, want them to end with terminated:2", got)
+	}
+}
+
+// TestFailedCleanUpRetriesOnlyTheCleanUp: the kubelet retries the step that
+// failed; containers already stopped are not stopped again.
+func TestFailedCleanUpRetriesOnlyTheCleanUp(t *testing.T) {
+	s := &failingCleanUp{}
+	ctx, cancel := context.WithCancel(context.Background())
+	clk := clocktesting.NewFakeClock(time.Now())
+	p := New(ctx, s, clk, nil)
+	t.Cleanup(func() { cancel(); p.Wait() })
+	p.KillPod(pod("1"))
+	testutil.WaitFor(t, "the failed clean-up armed its retry", func() bool { return len(s.snapshot()) == 2 && clk.HasWaiters() })
+	clk.Step(BackOffPeriod * 2)
+	testutil.WaitFor(t, "the pod is terminated", func() bool { return p.IsTerminated("u1") })
+	want := []string{"terminating:1:0", "terminated:1", "terminated:1"}
+	if got := s.snapshot(); len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Errorf("calls %v, want %v", got, want)
+	}
+}
+
+type failingCleanUp struct{ syncer }
+
+func (s *failingCleanUp) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error {
+	err := s.syncer.SyncTerminatedPod(ctx, pod)
+	if len(s.snapshot()) == 2 {
+		return errors.New("injected clean-up failure")
+	}
+	return err
 }

@@ -54,7 +54,7 @@ func BenchmarkStatusPatch(b *testing.B) {
 	api := corev1.PodStatus{Phase: corev1.PodPending, Conditions: pod.Status.Conditions, QOSClass: pod.Status.QOSClass}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := statusPatch(pod.UID, api, mergeStatus(api, st)); err != nil {
+		if _, err := statusPatch(pod.UID, api, mergeStatus(api, st, false, t0)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -4,6 +4,8 @@
 package status
 
 import (
+	"cmp"
+	"fmt"
 	"net"
 	"strings"
 	"time"
@@ -42,7 +44,8 @@ type Input struct {
 	Now         time.Time
 	// Terminal is set once the kubelet stopped the pod for good (it is being
 	// deleted): the phase is then terminal, as kubelets report since 1.27:
-	// Succeeded when every container exited 0, Failed otherwise.
+	// Succeeded when every container exited 0, Failed otherwise, unless the
+	// pod already had a terminal phase, which it keeps.
 	Terminal bool
 }
 
@@ -73,10 +76,16 @@ func Generate(in Input) corev1.PodStatus {
 		rt = &kuberuntime.PodStatus{UID: pod.UID}
 	}
 	sandbox := rt.ReadySandbox()
-	if pod.Spec.HostNetwork {
+	switch {
+	case pod.Spec.HostNetwork:
 		st.PodIP = in.NodeIP.String()
-	} else if sandbox != nil && sandbox.GetNetwork().GetIp() != "" {
-		st.PodIP = sandbox.Network.Ip
+	case sandbox != nil:
+		st.PodIP = sandbox.GetNetwork().GetIp()
+	default:
+		// No ready sandbox (the pod stopped, or its sandbox died): the
+		// kubelet's PLEG keeps the IP it saw last (getPodIPs), so a
+		// stopped pod still reports the IP it had.
+		st.PodIP = prev.PodIP
 	}
 	if st.PodIP != "" {
 		st.PodIPs = []corev1.PodIP{{IP: st.PodIP}}
@@ -104,39 +113,77 @@ func Generate(in Input) corev1.PodStatus {
 	if in.Terminal {
 		st.Phase = terminalPhase(st.ContainerStatuses)
 	}
+	// generateAPIPodStatus's three-way merge, before the conditions follow
+	// the phase: a phase once terminal, in the last status or the API's,
+	// stays so with its reason and message; a phase that did not change
+	// keeps them too.
+	kept := prev
+	if !isTerminal(kept.Phase) && isTerminal(pod.Status.Phase) {
+		kept = pod.Status
+	}
+	switch {
+	case isTerminal(kept.Phase):
+		st.Phase, st.Reason, st.Message = kept.Phase, kept.Reason, kept.Message
+	case st.Phase == prev.Phase:
+		st.Reason, st.Message = cmp.Or(prev.Reason, pod.Status.Reason), cmp.Or(prev.Message, pod.Status.Message)
+	}
 
 	notReady := unready(pod, st.InitContainerStatuses, st.ContainerStatuses)
 	containersReady := len(notReady) == 0
-	terminal := st.Phase == corev1.PodSucceeded || st.Phase == corev1.PodFailed
-	conds := []corev1.PodCondition{
-		{Type: corev1.PodReadyToStartContainers, Status: boolStatus(sandbox != nil)},
-		{Type: corev1.PodInitialized, Status: boolStatus(initialized)},
-		{Type: corev1.ContainersReady, Status: boolStatus(containersReady && !terminal)},
-		{Type: corev1.PodReady, Status: boolStatus(containersReady && !terminal)},
-	}
-	for i := range conds {
-		c := &conds[i]
-		switch {
-		case c.Status == corev1.ConditionTrue, c.Type == corev1.PodReadyToStartContainers:
-		case c.Type == corev1.PodInitialized:
-			c.Reason, c.Message = "ContainersNotInitialized", "containers with incomplete status: ["+strings.Join(notInitialized, " ")+"]"
-		case terminal:
-			c.Reason = "PodCompleted"
-		default:
-			c.Reason, c.Message = "ContainersNotReady", "containers with unready status: ["+strings.Join(notReady, " ")+"]"
-		}
-		c.LastTransitionTime = now
-		if old := findCondition(prev.Conditions, c.Type); old != nil && old.Status == c.Status {
-			c.LastTransitionTime = old.LastTransitionTime
-		}
-	}
-	if sc := findCondition(pod.Status.Conditions, corev1.PodScheduled); sc != nil {
-		conds = append(conds, *sc)
-	}
+	sandboxReady, sandboxMessage := sandboxState(pod, rt)
+	var conds []corev1.PodCondition
 	// The kubelet keeps a DisruptionTarget condition once set, by its own
-	// eviction manager or by the API server's eviction.
+	// eviction manager or by the API server's eviction; like every condition
+	// it does not own, it comes before the kubelet's own.
 	if dt := findCondition(prev.Conditions, corev1.DisruptionTarget); dt != nil {
 		conds = append(conds, *dt)
+	}
+	// The kubelet's conditions in generateAPIPodStatus's order, each with
+	// the pod's generation observed (PodObservedGenerationTracking, GA).
+	readyToStart := corev1.PodCondition{Type: corev1.PodReadyToStartContainers, Status: boolStatus(sandboxReady)}
+	if !sandboxReady {
+		readyToStart.Reason, readyToStart.Message = reasonSandboxNotReady, sandboxMessage
+	}
+	initCond := corev1.PodCondition{Type: corev1.PodInitialized, Status: boolStatus(initialized)}
+	switch {
+	case st.Phase == corev1.PodSucceeded:
+		initCond.Status, initCond.Reason = corev1.ConditionTrue, reasonPodCompleted
+	case !initialized:
+		initCond.Reason, initCond.Message = "ContainersNotInitialized", "containers with incomplete status: ["+strings.Join(notInitialized, " ")+"]"
+	}
+	readyCond := corev1.PodCondition{Type: corev1.ContainersReady, Status: boolStatus(containersReady)}
+	switch {
+	case st.Phase == corev1.PodSucceeded:
+		readyCond.Status, readyCond.Reason = corev1.ConditionFalse, reasonPodCompleted
+	case st.Phase == corev1.PodFailed:
+		readyCond.Status, readyCond.Reason = corev1.ConditionFalse, reasonPodFailed
+	case !containersReady:
+		readyCond.Reason, readyCond.Message = "ContainersNotReady", "containers with unready status: ["+strings.Join(notReady, " ")+"]"
+	}
+	podReady := readyCond
+	podReady.Type = corev1.PodReady
+	if podReady.Status == corev1.ConditionTrue {
+		if msgs := unmetReadinessGates(pod); len(msgs) > 0 {
+			podReady.Status, podReady.Reason, podReady.Message = corev1.ConditionFalse, "ReadinessGatesNotReady", strings.Join(msgs, ", ")
+		}
+	}
+	conds = append(conds, readyToStart, initCond, podReady, readyCond,
+		corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue})
+	for i := range conds {
+		c := &conds[i]
+		if !kubeletOwned(c.Type) {
+			continue
+		}
+		c.ObservedGeneration = pod.Generation
+		c.LastTransitionTime = now
+		old := findCondition(prev.Conditions, c.Type)
+		if old == nil {
+			// The first status: PodScheduled's time is the scheduler's.
+			old = findCondition(pod.Status.Conditions, c.Type)
+		}
+		if old != nil && old.Status == c.Status {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
 	}
 	st.Conditions = conds
 	return st
@@ -277,6 +324,66 @@ func getPhase(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatus) 
 	}
 }
 
+// The kubelet's condition reasons and PodSandboxChanged's messages.
+const (
+	reasonPodCompleted           = "PodCompleted"
+	reasonPodFailed              = "PodFailed"
+	reasonSandboxNotReady        = "PodSandboxNotReady"
+	messageNoSandbox             = "no pod sandbox exists"
+	messageMultipleSandboxes     = "multiple pod sandboxes are ready and need to be reconciled"
+	messageSandboxNotReady       = "pod sandbox is not ready"
+	messageSandboxHasNoIPAddress = "pod sandbox has no IP address"
+)
+
+// sandboxState is the kubelet's PodSandboxChanged read as the
+// PodReadyToStartContainers condition: whether the pod has the one ready
+// sandbox, with an IP, it can start containers in, and if not, why.
+func sandboxState(pod *corev1.Pod, rt *kuberuntime.PodStatus) (bool, string) {
+	if len(rt.Sandboxes) == 0 {
+		return false, messageNoSandbox
+	}
+	ready := 0
+	for _, sb := range rt.Sandboxes {
+		if sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+			ready++
+		}
+	}
+	newest := rt.Sandboxes[0]
+	switch {
+	case ready > 1:
+		return false, messageMultipleSandboxes
+	case newest.State != runtimeapi.PodSandboxState_SANDBOX_READY:
+		return false, messageSandboxNotReady
+	case !pod.Spec.HostNetwork && newest.Network != nil && newest.Network.Ip == "":
+		return false, messageSandboxHasNoIPAddress
+	}
+	return true, ""
+}
+
+// SandboxReady is the status the kubelet's OnPodSandboxReady sets, from
+// the runtime manager, once a new sandbox is up with its network and the
+// pod's volumes mounted: the last status with PodReadyToStartContainers
+// True, and nothing else changed (the pod IP follows with the next sync).
+func SandboxReady(pod *corev1.Pod, prev corev1.PodStatus, now time.Time) corev1.PodStatus {
+	st := *prev.DeepCopy()
+	c := corev1.PodCondition{
+		Type: corev1.PodReadyToStartContainers, Status: corev1.ConditionTrue,
+		ObservedGeneration: pod.Generation, LastTransitionTime: metav1.NewTime(now),
+	}
+	for i := range st.Conditions {
+		if st.Conditions[i].Type != c.Type {
+			continue
+		}
+		if st.Conditions[i].Status == c.Status {
+			c.LastTransitionTime = st.Conditions[i].LastTransitionTime
+		}
+		st.Conditions[i] = c
+		return st
+	}
+	st.Conditions = append(st.Conditions, c)
+	return st
+}
+
 func terminalPhase(statuses []corev1.ContainerStatus) corev1.PodPhase {
 	for _, cs := range statuses {
 		if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
@@ -317,6 +424,23 @@ func unready(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatus) [
 		}
 	}
 	return names
+}
+
+// unmetReadinessGates says, as the kubelet's GeneratePodReadyCondition
+// does, which of the pod's readiness gates hold the pod not Ready: their
+// conditions are set by others, so they are read from the API's status.
+func unmetReadinessGates(pod *corev1.Pod) []string {
+	var msgs []string
+	for _, rg := range pod.Spec.ReadinessGates {
+		c := findCondition(pod.Status.Conditions, rg.ConditionType)
+		switch {
+		case c == nil:
+			msgs = append(msgs, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", string(rg.ConditionType)))
+		case c.Status != corev1.ConditionTrue:
+			msgs = append(msgs, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but %v", string(rg.ConditionType), c.Status))
+		}
+	}
+	return msgs
 }
 
 func boolStatus(ok bool) corev1.ConditionStatus {

@@ -193,3 +193,161 @@ func TestGenerateKeepsTransitionTimes(t *testing.T) {
 		t.Errorf("startTime moved to %v", second.StartTime)
 	}
 }
+
+// TestGenerateKubeletConditions pins what generateAPIPodStatus writes in its
+// conditions beyond their status: the generation observed, the kubelet's
+// order, PodReadyToStartContainers' reasons, and the reasons of a terminal
+// phase.
+func TestGenerateKubeletConditions(t *testing.T) {
+	pod := testPod(corev1.RestartPolicyAlways, false, "a")
+	pod.Generation = 3
+	scheduledAt := metav1.NewTime(t0.Add(-time.Minute))
+	pod.Status.Conditions[0].LastTransitionTime = scheduledAt
+	st := Generate(Input{Pod: pod, NodeIP: nodeIP, Now: t0, Previous: pod.Status})
+	var order []corev1.PodConditionType
+	for _, c := range st.Conditions {
+		order = append(order, c.Type)
+		if c.ObservedGeneration != 3 {
+			t.Errorf("%s observedGeneration = %d, want the pod's generation 3", c.Type, c.ObservedGeneration)
+		}
+	}
+	want := []corev1.PodConditionType{corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.PodReady, corev1.ContainersReady, corev1.PodScheduled}
+	if len(order) != len(want) {
+		t.Fatalf("conditions %v, want %v", order, want)
+	}
+	for i := range want {
+		if order[i] != want[i] {
+			t.Fatalf("conditions %v, want the kubelet's order %v", order, want)
+		}
+	}
+	if c := findCondition(st.Conditions, corev1.PodScheduled); !c.LastTransitionTime.Equal(&scheduledAt) {
+		t.Errorf("PodScheduled transition %v, want the scheduler's %v", c.LastTransitionTime, scheduledAt)
+	}
+
+	for _, tc := range []struct {
+		name    string
+		rt      *kuberuntime.PodStatus
+		status  corev1.ConditionStatus
+		message string
+	}{
+		{"no sandbox", nil, corev1.ConditionFalse, "no pod sandbox exists"},
+		{"sandbox stopped", &kuberuntime.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{sandbox(false)}}, corev1.ConditionFalse, "pod sandbox is not ready"},
+		{"two ready sandboxes", &kuberuntime.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{sandbox(true), sandbox(true)}}, corev1.ConditionFalse, "multiple pod sandboxes are ready and need to be reconciled"},
+		{"sandbox without IP", &kuberuntime.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{{Id: "sb", State: runtimeapi.PodSandboxState_SANDBOX_READY, Network: &runtimeapi.PodSandboxNetworkStatus{}}}}, corev1.ConditionFalse, "pod sandbox has no IP address"},
+		{"ready", &kuberuntime.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{sandbox(true)}}, corev1.ConditionTrue, ""},
+	} {
+		st := Generate(Input{Pod: pod, Runtime: tc.rt, NodeIP: nodeIP, Now: t0, Previous: pod.Status})
+		c := findCondition(st.Conditions, corev1.PodReadyToStartContainers)
+		wantReason := "PodSandboxNotReady"
+		if tc.status == corev1.ConditionTrue {
+			wantReason = ""
+		}
+		if c.Status != tc.status || c.Reason != wantReason || c.Message != tc.message {
+			t.Errorf("%s: PodReadyToStartContainers = %s %q %q, want %s %q %q", tc.name, c.Status, c.Reason, c.Message, tc.status, wantReason, tc.message)
+		}
+	}
+
+	exited := runtimeapi.ContainerState_CONTAINER_EXITED
+	for _, tc := range []struct {
+		exit   int32
+		reason string
+	}{{0, "PodCompleted"}, {137, "PodFailed"}} {
+		rt := &kuberuntime.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{sandbox(false)}, Containers: []*kuberuntime.ContainerStatus{ctr("a", exited, tc.exit)}}
+		st := Generate(Input{Pod: pod, Runtime: rt, NodeIP: nodeIP, Now: t0, Previous: pod.Status, Terminal: true})
+		for _, ct := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
+			if c := findCondition(st.Conditions, ct); c.Status != corev1.ConditionFalse || c.Reason != tc.reason {
+				t.Errorf("exit %d: %s = %s %q, want False %q", tc.exit, ct, c.Status, c.Reason, tc.reason)
+			}
+		}
+		wantInit := ""
+		if tc.exit == 0 {
+			wantInit = "PodCompleted"
+		}
+		if c := findCondition(st.Conditions, corev1.PodInitialized); c.Status != corev1.ConditionTrue || c.Reason != wantInit {
+			t.Errorf("exit %d: Initialized = %s %q, want True %q", tc.exit, c.Status, c.Reason, wantInit)
+		}
+	}
+}
+
+// TestGenerateKeepsThePodIPOfAStoppedPod: once its sandbox stops, a pod
+// reports the IP it had, as the kubelet's PLEG keeps it.
+func TestGenerateKeepsThePodIPOfAStoppedPod(t *testing.T) {
+	pod := testPod(corev1.RestartPolicyAlways, false, "a")
+	running := &kuberuntime.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{sandbox(true)}, Containers: []*kuberuntime.ContainerStatus{ctr("a", runtimeapi.ContainerState_CONTAINER_RUNNING, 0)}}
+	first := Generate(Input{Pod: pod, Runtime: running, NodeIP: nodeIP, Now: t0, Previous: pod.Status})
+	stopped := &kuberuntime.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{{Id: "sb", State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY}},
+		Containers: []*kuberuntime.ContainerStatus{ctr("a", runtimeapi.ContainerState_CONTAINER_EXITED, 0)}}
+	st := Generate(Input{Pod: pod, Runtime: stopped, NodeIP: nodeIP, Now: t0.Add(time.Minute), Previous: first, Terminal: true})
+	if st.PodIP != "10.64.0.5" || len(st.PodIPs) != 1 {
+		t.Errorf("podIP %q %v after the sandbox stopped, want the one it had", st.PodIP, st.PodIPs)
+	}
+}
+
+// TestGenerateReadinessGates: Ready waits for the pod's readiness gates,
+// whose conditions others set.
+func TestGenerateReadinessGates(t *testing.T) {
+	pod := testPod(corev1.RestartPolicyAlways, false, "a")
+	pod.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: "example.com/lb"}}
+	rt := &kuberuntime.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{sandbox(true)}, Containers: []*kuberuntime.ContainerStatus{ctr("a", runtimeapi.ContainerState_CONTAINER_RUNNING, 0)}}
+	st := Generate(Input{Pod: pod, Runtime: rt, NodeIP: nodeIP, Now: t0, Previous: pod.Status})
+	c := findCondition(st.Conditions, corev1.PodReady)
+	if c.Status != corev1.ConditionFalse || c.Reason != "ReadinessGatesNotReady" || c.Message != `corresponding condition of pod readiness gate "example.com/lb" does not exist.` {
+		t.Errorf("Ready = %+v, want False for the missing gate", c)
+	}
+	if cond(st, corev1.ContainersReady) != corev1.ConditionTrue {
+		t.Errorf("ContainersReady = %s, want True: the gate holds Ready only", cond(st, corev1.ContainersReady))
+	}
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: "example.com/lb", Status: corev1.ConditionTrue})
+	st = Generate(Input{Pod: pod, Runtime: rt, NodeIP: nodeIP, Now: t0, Previous: pod.Status})
+	if cond(st, corev1.PodReady) != corev1.ConditionTrue {
+		t.Errorf("Ready = %s with the gate True, want True", cond(st, corev1.PodReady))
+	}
+}
+
+// TestSandboxReady is OnPodSandboxReady's status: the last one with
+// PodReadyToStartContainers True, its transition now, nothing else changed.
+func TestSandboxReady(t *testing.T) {
+	pod := testPod(corev1.RestartPolicyAlways, false, "a")
+	pod.Generation = 2
+	prev := Generate(Input{Pod: pod, NodeIP: nodeIP, Now: t0, Previous: pod.Status})
+	st := SandboxReady(pod, prev, t0.Add(time.Second))
+	c := findCondition(st.Conditions, corev1.PodReadyToStartContainers)
+	if c.Status != corev1.ConditionTrue || c.Reason != "" || c.Message != "" || c.ObservedGeneration != 2 || !c.LastTransitionTime.Time.Equal(t0.Add(time.Second)) {
+		t.Errorf("PodReadyToStartContainers = %+v, want True since %v", c, t0.Add(time.Second))
+	}
+	if st.Phase != prev.Phase || st.PodIP != prev.PodIP || len(st.Conditions) != len(prev.Conditions) {
+		t.Errorf("SandboxReady changed more than the condition: %+v", st)
+	}
+	if again := SandboxReady(pod, st, t0.Add(time.Minute)); !findCondition(again.Conditions, corev1.PodReadyToStartContainers).LastTransitionTime.Time.Equal(t0.Add(time.Second)) {
+		t.Error("a second call moved the transition time")
+	}
+}
+
+// TestGenerateKeepsATerminalPhase: a phase once terminal stays, with its
+// reason, and the conditions follow it (a later sync must not send
+// ContainersNotReady for a completed pod).
+func TestGenerateKeepsATerminalPhase(t *testing.T) {
+	pod := testPod(corev1.RestartPolicyAlways, false, "a")
+	stopped := &kuberuntime.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{sandbox(false)}, Containers: []*kuberuntime.ContainerStatus{ctr("a", runtimeapi.ContainerState_CONTAINER_EXITED, 0)}}
+	prev := Generate(Input{Pod: pod, Runtime: stopped, NodeIP: nodeIP, Now: t0, Previous: pod.Status, Terminal: true})
+	prev.Reason = "Because"
+	for _, terminal := range []bool{false, true} {
+		st := Generate(Input{Pod: pod, Runtime: stopped, NodeIP: nodeIP, Now: t0.Add(time.Second), Previous: prev, Terminal: terminal})
+		if st.Phase != corev1.PodSucceeded || st.Reason != "Because" {
+			t.Errorf("terminal=%v: phase %s reason %q, want Succeeded kept with its reason", terminal, st.Phase, st.Reason)
+		}
+		for _, c := range st.Conditions {
+			old := findCondition(prev.Conditions, c.Type)
+			if old == nil || old.Status != c.Status || old.Reason != c.Reason || old.Message != c.Message {
+				t.Errorf("terminal=%v: %s = %s %q, was %+v", terminal, c.Type, c.Status, c.Reason, old)
+			}
+		}
+	}
+	// A terminal phase in the API stands too.
+	api := pod.DeepCopy()
+	api.Status.Phase, api.Status.Reason = corev1.PodFailed, "Evicted"
+	running := &kuberuntime.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{sandbox(true)}, Containers: []*kuberuntime.ContainerStatus{ctr("a", runtimeapi.ContainerState_CONTAINER_RUNNING, 0)}}
+	if st := Generate(Input{Pod: api, Runtime: running, NodeIP: nodeIP, Now: t0, Previous: corev1.PodStatus{Phase: corev1.PodRunning}}); st.Phase != corev1.PodFailed || st.Reason != "Evicted" {
+		t.Errorf("phase %s reason %q with the API's Failed Evicted, want them kept", st.Phase, st.Reason)
+	}
+}

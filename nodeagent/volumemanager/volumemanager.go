@@ -70,7 +70,17 @@ type Config struct {
 	// Allocatable answers resourceFieldRef items for limits a container
 	// does not set, as for environment variables.
 	Allocatable corev1.ResourceList
+	// CheckInterval is the kubelet's podAttachAndMountRetryInterval
+	// (300 ms): its WaitForAttachAndMount checks at once, then at this
+	// interval, whether the reconciler, which mounts in the background, is
+	// done. A volume it has to mount is never done at the first check, so
+	// a sync that mounts anything returns at the next check after. 0
+	// returns as soon as the volumes are set up.
+	CheckInterval time.Duration
 }
+
+// CheckInterval is the kubelet's podAttachAndMountRetryInterval.
+const CheckInterval = 300 * time.Millisecond
 
 // Manager is one node's volume manager.
 type Manager struct {
@@ -109,12 +119,18 @@ var pluginNames = map[string]string{
 // broadcaster aggregates repeats); after the timeout the error lists the
 // volumes left unmounted, and the pod's sync is retried.
 func (m *Manager) WaitForAttachAndMount(ctx context.Context, pod *corev1.Pod) error {
-	deadline := m.cfg.Clock.Now().Add(attachAndMountTimeout)
+	start := m.cfg.Clock.Now()
+	deadline := start.Add(attachAndMountTimeout)
 	delay := initialDurationBeforeRetry
+	mountedAny := false
 	for {
-		unmounted, err := m.mountAll(ctx, pod)
+		unmounted, mounted, err := m.mountAll(ctx, pod)
+		mountedAny = mountedAny || mounted > 0
 		if err == nil {
-			return nil
+			if !mountedAny {
+				return nil
+			}
+			return m.nextCheck(ctx, start)
 		}
 		if m.cfg.Clock.Now().Add(delay).After(deadline) {
 			return fmt.Errorf("unable to attach or mount volumes of pod %s/%s: unmounted volumes=[%s]: %w",
@@ -129,11 +145,28 @@ func (m *Manager) WaitForAttachAndMount(ctx context.Context, pod *corev1.Pod) er
 	}
 }
 
+// nextCheck waits for the first of the kubelet's checks, every
+// CheckInterval from start, that comes after now (not the immediate one).
+func (m *Manager) nextCheck(ctx context.Context, start time.Time) error {
+	if m.cfg.CheckInterval <= 0 {
+		return nil
+	}
+	elapsed := m.cfg.Clock.Since(start)
+	next := (elapsed/m.cfg.CheckInterval + 1) * m.cfg.CheckInterval
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-m.cfg.Clock.After(next - elapsed):
+		return nil
+	}
+}
+
 // mountAll tries once to set up each volume not yet set up, and returns the
-// names of those that failed with their errors.
-func (m *Manager) mountAll(ctx context.Context, pod *corev1.Pod) ([]string, error) {
+// names of those that failed with their errors, and how many it set up.
+func (m *Manager) mountAll(ctx context.Context, pod *corev1.Pod) ([]string, int, error) {
 	var unmounted []string
 	var errs []error
+	mounted := 0
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
 		if m.isMounted(pod.UID, v.Name) {
@@ -151,8 +184,9 @@ func (m *Manager) mountAll(ctx context.Context, pod *corev1.Pod) ([]string, erro
 		}
 		m.mounted[pod.UID][v.Name] = true
 		m.mu.Unlock()
+		mounted++
 	}
-	return unmounted, errors.Join(errs...)
+	return unmounted, mounted, errors.Join(errs...)
 }
 
 func (m *Manager) isMounted(uid types.UID, name string) bool {

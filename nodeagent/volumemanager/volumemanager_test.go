@@ -19,6 +19,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/fleetlet/fleetlet/internal/testutil"
 	"github.com/fleetlet/fleetlet/nodeagent/objectcache"
 )
 
@@ -295,5 +296,35 @@ func TestRetriedProjectionReusesItsToken(t *testing.T) {
 	}
 	if len(h.tokens) != 1 {
 		t.Errorf("%d token requests for one pod whose volume was retried, want 1", len(h.tokens))
+	}
+}
+
+// TestMountReturnsAtTheKubeletsNextCheck: the kubelet's WaitForAttachAndMount
+// finds a new pod's volumes mounted at its second check, CheckInterval after
+// the first; a pod whose volumes are mounted already returns at once.
+func TestMountReturnsAtTheKubeletsNextCheck(t *testing.T) {
+	h := newHarness(t, "", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app-config"}, Data: map[string]string{"k": "v"}})
+	h.m.cfg.CheckInterval = CheckInterval
+	pod := testPod(configMapVolume("config", "app-config", false))
+	done := make(chan error, 1)
+	go func() { done <- h.m.WaitForAttachAndMount(context.Background(), pod) }()
+	testutil.WaitFor(t, "the mount waits for the next check", h.clock.HasWaiters)
+	select {
+	case err := <-done:
+		t.Fatalf("returned before the next check: %v", err)
+	default:
+	}
+	h.clock.Step(CheckInterval - time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("returned %v before the check %v after the first", err, CheckInterval)
+	case <-time.After(20 * time.Millisecond):
+	}
+	h.clock.Step(time.Millisecond)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.WaitForAttachAndMount(context.Background(), pod); err != nil {
+		t.Fatalf("a mounted pod's check: %v", err)
 	}
 }
