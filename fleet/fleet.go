@@ -264,18 +264,7 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error
 	// shared limiter that hides contention.
 	restCfg.QPS = float32(ptr.Deref(kc.KubeAPIQPS, 50))
 	restCfg.Burst = int(kc.KubeAPIBurst)
-	restCfg.UserAgent = "fleetlet/" + name
-	restCfg.ContentType = "application/vnd.kubernetes.protobuf"
-	restCfg.Wrap(gzipWatches)
-	if f.cfg.WrapTransport != nil {
-		restCfg.Wrap(f.cfg.WrapTransport)
-	}
-	// A dial function of its own keeps client-go from handing every agent
-	// with the same credentials one cached transport: each agent gets its own
-	// connection, as each kubelet has, and long-lived watches never queue
-	// behind one connection's HTTP/2 stream limit.
-	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	restCfg.Dial = dialer.DialContext
+	ownConnection(restCfg, "fleetlet/"+name, f.cfg.WrapTransport)
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: API client for node %s: %w", name, err)
@@ -307,6 +296,24 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error
 	return &Member{Name: name, IP: ip, Pool: pool.Name, CRI: rt.Runtime, agent: agent, close: rt.Close}, nil
 }
 
+// ownConnection makes restCfg a node component's client: protobuf, watch
+// bodies decoded by gzipWatches, then wrap (the run's counters), and a
+// connection of its own. A dial function of its own keeps client-go from
+// handing every client with the same credentials one cached transport:
+// each agent's kubelet and kube-proxy get their own connection, as on a
+// node, and long-lived watches never queue behind one connection's HTTP/2
+// stream limit.
+func ownConnection(restCfg *rest.Config, userAgent string, wrap transport.WrapperFunc) {
+	restCfg.UserAgent = userAgent
+	restCfg.ContentType = "application/vnd.kubernetes.protobuf"
+	restCfg.Wrap(gzipWatches)
+	if wrap != nil {
+		restCfg.Wrap(wrap)
+	}
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	restCfg.Dial = dialer.DialContext
+}
+
 // kubeProxyOf is the kube-proxy of node name, nil if its pool runs none:
 // its own client, with kube-proxy's identity, its default client limits
 // (--kube-api-qps 5, --kube-api-burst 10) and a connection of its own, as a
@@ -321,14 +328,7 @@ func (f *Fleet) kubeProxyOf(pool NodePool, name string) (*nodeagent.KubeProxyCon
 	}
 	restCfg = rest.CopyConfig(restCfg)
 	restCfg.QPS, restCfg.Burst = 5, 10
-	restCfg.UserAgent = "fleetlet-kube-proxy/" + name
-	restCfg.ContentType = "application/vnd.kubernetes.protobuf"
-	restCfg.Wrap(gzipWatches)
-	if f.cfg.WrapProxyTransport != nil {
-		restCfg.Wrap(f.cfg.WrapProxyTransport)
-	}
-	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	restCfg.Dial = dialer.DialContext
+	ownConnection(restCfg, "fleetlet-kube-proxy/"+name, f.cfg.WrapProxyTransport)
 	client, err := newProxyClient(restCfg)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: kube-proxy API client for node %s: %w", name, err)
