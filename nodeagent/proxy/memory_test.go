@@ -144,9 +144,6 @@ func heapOfProxies(t testing.TB, n int) proxyHeap {
 }
 
 func TestMemoryPerProxy(t *testing.T) {
-	if testing.Short() {
-		t.Skip("makes 2,000 objects and 20 proxies of them")
-	}
 	const n = 20
 	h := heapOfProxies(t, n)
 	t.Logf("heap of %d proxies holding the same %d Services and %d EndpointSlices: the first %d KiB, each other %d KiB, all %d KiB",
