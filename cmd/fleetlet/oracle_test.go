@@ -171,11 +171,11 @@ func TestAgentsCostWhatKubeletsCost(t *testing.T) {
 
 	// The idle window. Its duration is the measurement, not a guess at the
 	// machine's speed.
-	if err := oracleSleep(ctx, oracleSettle); err != nil {
+	if err := sleepCtx(ctx, oracleSettle); err != nil {
 		t.Fatal(err)
 	}
 	idleFrom := time.Now()
-	if err := oracleSleep(ctx, oracleIdle); err != nil {
+	if err := sleepCtx(ctx, oracleIdle); err != nil {
 		t.Fatal(err)
 	}
 	idleTo := time.Now()
@@ -483,21 +483,9 @@ func waitAuditQuiet(ctx context.Context, t *testing.T, path string, nodes []stri
 		if now.After(deadline) {
 			t.Fatalf("the nodes still sent requests about the oracle's pods two minutes after they were gone (last at %s)", last.Format(time.RFC3339Nano))
 		}
-		if err := oracleSleep(ctx, time.Second); err != nil {
+		if err := sleepCtx(ctx, time.Second); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-// oracleSleep waits d, or until ctx ends.
-func oracleSleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 
