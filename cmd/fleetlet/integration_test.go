@@ -22,27 +22,13 @@ import (
 	"k8s.io/client-go/rest"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
+	"github.com/fleetlet/fleetlet/internal/testutil"
 	"github.com/fleetlet/fleetlet/loadprofiles"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
 // binDir finds the control plane binaries that `make controlplane` builds.
-// Missing binaries fail the test: `make test` builds them first.
-func binDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("FLEETLET_BIN_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "bin")
-	}
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
-		t.Fatalf("control plane binaries not found in %s: run `make controlplane` (or `make test`, which builds them)", dir)
-	}
-	return dir
-}
+func binDir(t *testing.T) string { return testutil.BinDir(t, "kube-apiserver", "controlplane") }
 
 // startTestSession loads a built-in profile, keeps only the phases keep
 // accepts (the tests delete pods themselves, to look at them first), and

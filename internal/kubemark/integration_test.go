@@ -16,25 +16,11 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/fleetlet/fleetlet/controlplane"
+	"github.com/fleetlet/fleetlet/internal/testutil"
 )
 
-// binDir holds the control plane's binaries and kubemark:
-// FLEETLET_BIN_DIR, else the repository's bin/.
-func binDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("FLEETLET_BIN_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "bin")
-	}
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "kubemark")); err != nil {
-		t.Fatalf("kubemark not found in %s: run `make kubemark`, or set FLEETLET_BIN_DIR", dir)
-	}
-	return dir
-}
+// binDir holds the control plane's binaries and kubemark.
+func binDir(t *testing.T) string { return testutil.BinDir(t, "kubemark", "kubemark") }
 
 // TestHollowNode runs one hollow kubelet and kube-proxy against the real
 // control plane: the Node registers and becomes Ready, and Close leaves no
