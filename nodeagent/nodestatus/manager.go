@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	nodeutil "k8s.io/component-helpers/node/util"
 	"k8s.io/klog/v2"
@@ -57,29 +56,36 @@ func NewManager(cfg Config) *Manager {
 	return &Manager{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
 }
 
-// Register creates the Node, retrying with the kubelet's backoff (100 ms
-// doubling to 7 s) until it succeeds or ctx ends. A Node that already exists
-// is adopted, as a kubelet restarting on the same machine does.
+// Register creates the Node as the kubelet's registerWithAPIServer does:
+// it waits 100 ms, tries, and waits twice as long before each retry, up to
+// 7 s, for as long as ctx lasts; a kubelet never gives up registering. A
+// Node that already exists is adopted, as a kubelet restarting on the same
+// machine does.
 func (m *Manager) Register(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 7 * time.Second}
 	var lastErr error
-	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+	for step := registerFirstStep; ; step = min(2*step, registerMaxStep) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("registering node %s: %w (last error: %v)", m.cfg.Identity.Name, context.Cause(ctx), lastErr)
+		case <-m.cfg.Clock.After(step):
+		}
 		node := InitialNode(m.cfg.Identity, m.cfg.Clock.Now())
 		_, err := m.cfg.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		if err == nil || apierrors.IsAlreadyExists(err) {
-			return true, nil
+			logger.V(2).Info("Successfully registered node")
+			return nil
 		}
 		lastErr = err
 		logger.V(2).Info("Unable to register node with API server", "err", err)
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("registering node %s: %w (last error: %v)", m.cfg.Identity.Name, err, lastErr)
 	}
-	logger.V(2).Info("Successfully registered node")
-	return nil
 }
+
+// The kubelet's registration back-off.
+const (
+	registerFirstStep = 100 * time.Millisecond
+	registerMaxStep   = 7 * time.Second
+)
 
 // Run updates the status every UpdateFrequency until ctx ends. The first
 // update happens at once, so a fresh node turns Ready without waiting.

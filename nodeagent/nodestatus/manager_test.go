@@ -3,12 +3,16 @@ package nodestatus
 import (
 	"context"
 	"math/rand/v2"
+	goruntime "runtime"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -71,5 +75,58 @@ func TestReportDelay(t *testing.T) {
 			syncAt(tc.first+5*time.Minute-time.Second, 2) // the delay is spent
 			syncAt(tc.first+5*time.Minute, 3)
 		})
+	}
+}
+
+// TestRegisterNeverGivesUp: registration retries on the kubelet's schedule
+// (100 ms, doubling, at most 7 s between tries) for as long as the API
+// server refuses, well past the point where a capped wait.Backoff stops.
+func TestRegisterNeverGivesUp(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	client := fake.NewClientset()
+	const failures = 15 // about a minute of refusals
+	var tries []time.Duration
+	client.PrependReactor("create", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		tries = append(tries, clk.Since(t0))
+		if len(tries) <= failures {
+			return true, nil, apierrors.NewServiceUnavailable("starting")
+		}
+		return false, nil, nil
+	})
+	m := NewManager(Config{Identity: identity(), Client: client, Clock: clk})
+	done := make(chan error, 1)
+	go func() { done <- m.Register(context.Background()) }()
+	// Every wait is a multiple of 100 ms: stepping by it lands on each.
+	for registered := false; !registered; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			registered = true
+		default:
+			if clk.HasWaiters() {
+				clk.Step(100 * time.Millisecond)
+			} else {
+				goruntime.Gosched()
+			}
+		}
+	}
+	if len(tries) != failures+1 {
+		t.Fatalf("%d tries, want %d", len(tries), failures+1)
+	}
+	want := 100 * time.Millisecond
+	for i, at := range tries {
+		gap := at
+		if i > 0 {
+			gap = at - tries[i-1]
+		}
+		if gap != want {
+			t.Fatalf("try %d came %v after the one before, want %v (tries at %v)", i+1, gap, want, tries)
+		}
+		want = min(2*want, 7*time.Second)
+	}
+	if _, err := client.CoreV1().Nodes().Get(context.Background(), identity().Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the Node was not created: %v", err)
 	}
 }
