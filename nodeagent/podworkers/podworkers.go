@@ -44,11 +44,15 @@ type Cache interface {
 // BackOffPeriod, or when the back-off it hit expires, but never later than
 // ResyncInterval; every retry is stretched by up to half again
 // (workerBackOffPeriodJitterFactor), so pods that failed together do not
-// retry together.
+// retry together. A sync that succeeded is repeated after ResyncInterval
+// (the kubelet's syncFrequency), stretched by up to half again
+// (workerResyncIntervalJitterFactor): that resync is when the kubelet
+// refreshes a running pod's ConfigMap, Secret and token volumes.
 const (
-	BackOffPeriod     = 10 * time.Second
-	ResyncInterval    = time.Minute
-	retryJitterFactor = 0.5
+	BackOffPeriod      = 10 * time.Second
+	ResyncInterval     = time.Minute
+	retryJitterFactor  = 0.5
+	resyncJitterFactor = 0.5
 )
 
 // A worker's states, one way, as the kubelet's podSyncStatus: syncing
@@ -279,12 +283,19 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 			}
 		}
 		p.mu.Lock()
-		// A sync cancelled because the pod must terminate is not a failure.
+		// A sync cancelled because the pod must terminate is not a
+		// failure, and a terminal pod is already on its way to terminate.
 		superseded := st == syncing && w.state != syncing
 		p.mu.Unlock()
-		if err != nil && p.ctx.Err() == nil && !superseded {
+		switch {
+		case p.ctx.Err() != nil || superseded:
+		case err != nil:
 			logger.V(2).Info("Error syncing pod, skipping", "err", err)
 			p.retryAfter(w, wait.Jitter(p.retryDelay(err), retryJitterFactor))
+		case st == syncing:
+			// The kubelet's completeWork: no error, so requeued at the
+			// regular resync interval.
+			p.retryAfter(w, wait.Jitter(ResyncInterval, resyncJitterFactor))
 		}
 	}
 }

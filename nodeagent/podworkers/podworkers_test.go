@@ -139,6 +139,39 @@ func TestFailedSyncRetriesAfterBackOff(t *testing.T) {
 	testutil.WaitFor(t, "the retry", func() bool { return len(s.snapshot()) == 2 })
 }
 
+func TestSucceededSyncIsRepeatedAtTheResyncInterval(t *testing.T) {
+	s := &syncer{}
+	p, clk := newWorkers(t, s)
+	p.UpdatePod(pod("1"))
+	testutil.WaitFor(t, "the sync ran and armed its resync", func() bool { return len(s.snapshot()) == 1 && clk.HasWaiters() })
+	clk.Step(ResyncInterval - time.Millisecond)
+	if n := len(s.snapshot()); n != 1 {
+		t.Fatalf("resynced before the interval: %d calls", n)
+	}
+	// Within the jitter, at most half the interval later, and then again.
+	clk.Step(ResyncInterval/2 + time.Millisecond)
+	testutil.WaitFor(t, "the resync", func() bool { return len(s.snapshot()) == 2 && clk.HasWaiters() })
+	clk.Step(ResyncInterval * 3 / 2)
+	testutil.WaitFor(t, "the next resync", func() bool { return len(s.snapshot()) == 3 })
+	if got := s.snapshot(); got[1] != "sync:1" || got[2] != "sync:1" {
+		t.Errorf("calls = %v, want the same pod synced again", got)
+	}
+}
+
+func TestTerminatedPodIsNotResynced(t *testing.T) {
+	s := &syncer{}
+	p, clk := newWorkers(t, s)
+	terminal := pod("1")
+	terminal.Labels = map[string]string{"terminal": "true"}
+	p.UpdatePod(terminal)
+	testutil.WaitFor(t, "the pod is terminated", func() bool { return p.IsTerminated("u1") })
+	// Its worker is gone and left no timer: nothing can sync it again.
+	testutil.WaitFor(t, "the worker's timers stopped", func() bool { return !clk.HasWaiters() })
+	if got := s.snapshot(); got[len(got)-1] != "terminated:1" {
+		t.Errorf("calls = %v, want them to end with the clean-up", got)
+	}
+}
+
 func TestForceDeleteKillsWithZeroGrace(t *testing.T) {
 	if g := gracePeriod(&corev1.Pod{}); g != corev1.DefaultTerminationGracePeriodSeconds {
 		t.Errorf("default grace = %d", g)

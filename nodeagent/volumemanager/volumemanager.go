@@ -9,14 +9,21 @@
 // sources have been fetched, and containers get mounts naming where the
 // kubelet would have put the files. Given a PodsDir (a real runtime), the
 // files are written there and bind-mounted, as under /var/lib/kubelet/pods.
-// Either way the contents are those at mount time; the kubelet's periodic
-// refresh of ConfigMap, Secret and token files is not emulated.
+// Either way, every later sync of the pod (the pod worker's resync, each
+// minute or so, and the syncs its changes trigger) sets up its ConfigMap,
+// Secret, downward API and projected volumes again, as the kubelet's
+// reconciler remounts them: contents follow their objects, read the way
+// the node's change-detection strategy reads them, and a service-account
+// token is requested again once 80 % of its lifetime has passed.
 package volumemanager
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,6 +39,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/kubectl/pkg/util/fieldpath"
 	"k8s.io/kubectl/pkg/util/resource"
 	"k8s.io/utils/clock"
@@ -92,8 +100,9 @@ type Manager struct {
 	mounted map[types.UID]map[string]bool
 	// tokens are the pods' service-account tokens by request, kept as the
 	// kubelet's token manager keeps them: a projected volume retried
-	// because its ConfigMap is missing must not ask for a new token.
-	tokens map[types.UID]map[tokenKey]string
+	// because its ConfigMap is missing must not ask for a new token, nor
+	// a remount before the token needs a refresh.
+	tokens map[types.UID]map[tokenKey]token
 }
 
 type tokenKey struct {
@@ -101,9 +110,36 @@ type tokenKey struct {
 	expirationSeconds        int64
 }
 
+// token is a TokenRequest's answer: the token, when it expires, and the
+// lifetime it was issued for.
+type token struct {
+	value             string
+	expires           time.Time
+	expirationSeconds int64
+}
+
+// The kubelet's token manager refreshes a token older than maxTTL or in
+// the last 20 % of its lifetime, each check moved earlier by a random
+// jitter of up to maxJitter so that a node's tokens do not refresh at once.
+const (
+	maxTTL    = 24 * time.Hour
+	maxJitter = 10 * time.Second
+)
+
+// requiresRefresh is the token manager's test of a cached token.
+func (m *Manager) requiresRefresh(t token) bool {
+	now := m.cfg.Clock.Now()
+	issued := t.expires.Add(-time.Duration(t.expirationSeconds) * time.Second)
+	jitter := time.Duration(rand.Float64()*maxJitter.Seconds()) * time.Second
+	if now.After(issued.Add(maxTTL - jitter)) {
+		return true
+	}
+	return now.After(t.expires.Add(-time.Duration(t.expirationSeconds*20/100)*time.Second - jitter))
+}
+
 // New returns a Manager for cfg.
 func New(cfg Config) *Manager {
-	return &Manager{cfg: cfg, mounted: map[types.UID]map[string]bool{}, tokens: map[types.UID]map[tokenKey]string{}}
+	return &Manager{cfg: cfg, mounted: map[types.UID]map[string]bool{}, tokens: map[types.UID]map[tokenKey]token{}}
 }
 
 // The kubelet's volume plugin names, which name the directories volumes
@@ -119,6 +155,7 @@ var pluginNames = map[string]string{
 // broadcaster aggregates repeats); after the timeout the error lists the
 // volumes left unmounted, and the pod's sync is retried.
 func (m *Manager) WaitForAttachAndMount(ctx context.Context, pod *corev1.Pod) error {
+	m.remount(ctx, pod)
 	start := m.cfg.Clock.Now()
 	deadline := start.Add(attachAndMountTimeout)
 	delay := initialDurationBeforeRetry
@@ -187,6 +224,29 @@ func (m *Manager) mountAll(ctx context.Context, pod *corev1.Pod) ([]string, int,
 		mounted++
 	}
 	return unmounted, mounted, errors.Join(errs...)
+}
+
+// remount sets up again the pod's mounted volumes whose contents come from
+// objects or the pod: the kubelet's populator marks them for remount on
+// every sync (ReprocessPod), and its reconciler mounts them again. A
+// failure leaves the volume mounted with its old contents and sends the
+// kubelet's FailedMount event; the sync goes on.
+func (m *Manager) remount(ctx context.Context, pod *corev1.Pod) {
+	for i := range pod.Spec.Volumes {
+		v := &pod.Spec.Volumes[i]
+		if !requiresRemount(v) || !m.isMounted(pod.UID, v.Name) {
+			continue
+		}
+		if err := m.setUp(ctx, pod, v); err != nil && ctx.Err() == nil {
+			m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "FailedMount", "MountVolume.SetUp failed for volume %q : %v", v.Name, err)
+		}
+	}
+}
+
+// requiresRemount is the volume plugins' RequiresRemount: true for those
+// whose contents change after the mount.
+func requiresRemount(v *corev1.Volume) bool {
+	return v.ConfigMap != nil || v.Secret != nil || v.DownwardAPI != nil || v.Projected != nil
 }
 
 func (m *Manager) isMounted(uid types.UID, name string) bool {
@@ -431,10 +491,10 @@ func (m *Manager) tokenFiles(ctx context.Context, pod *corev1.Pod, src *corev1.S
 	}
 	key := tokenKey{serviceAccount: sa, audience: src.Audience, expirationSeconds: ptr.Deref(src.ExpirationSeconds, 3600)}
 	m.mu.Lock()
-	token, ok := m.tokens[pod.UID][key]
+	cached, ok := m.tokens[pod.UID][key]
 	m.mu.Unlock()
-	if ok {
-		return []file{{path: src.Path, data: []byte(token), mode: mode}}, nil
+	if ok && !m.requiresRefresh(cached) {
+		return []file{{path: src.Path, data: []byte(cached.value), mode: mode}}, nil
 	}
 	tr, err := m.cfg.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{
@@ -443,36 +503,143 @@ func (m *Manager) tokenFiles(ctx context.Context, pod *corev1.Pod, src *corev1.S
 			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
 		},
 	}, metav1.CreateOptions{})
-	if err != nil {
+	switch {
+	case err == nil:
+	case !ok:
 		return nil, fmt.Errorf("failed to fetch token: %w", err)
+	case !m.cfg.Clock.Now().Before(cached.expires):
+		return nil, fmt.Errorf("token %s/%s expired and refresh failed: %w", pod.Namespace, sa, err)
+	default:
+		// The token manager keeps a token that is still valid when its
+		// refresh fails, and tries again at the next remount.
+		klog.FromContext(ctx).Error(err, "Couldn't update token", "pod", klog.KObj(pod), "serviceAccount", sa)
+		return []file{{path: src.Path, data: []byte(cached.value), mode: mode}}, nil
 	}
+	issued := token{value: tr.Status.Token, expires: tr.Status.ExpirationTimestamp.Time, expirationSeconds: ptr.Deref(tr.Spec.ExpirationSeconds, key.expirationSeconds)}
 	m.mu.Lock()
 	if m.tokens[pod.UID] == nil {
-		m.tokens[pod.UID] = map[tokenKey]string{}
+		m.tokens[pod.UID] = map[tokenKey]token{}
 	}
-	m.tokens[pod.UID][key] = tr.Status.Token
+	m.tokens[pod.UID][key] = issued
 	m.mu.Unlock()
-	return []file{{path: src.Path, data: []byte(tr.Status.Token), mode: mode}}, nil
+	return []file{{path: src.Path, data: []byte(issued.value), mode: mode}}, nil
 }
 
-// writeFiles writes a volume's files. The kubelet's atomic writer swaps a
-// ..data symlink so that readers never see a half-updated volume; contents
-// written once, before any container starts, need no such care.
+// writeFiles writes a volume's files as the kubelet's AtomicWriter does
+// (pkg/volume/util/atomic_writer.go, in k8s.io/kubernetes, which this
+// module does not import for one function): a payload equal to what is
+// there is left alone; a new one goes into a new timestamped directory, the
+// ..data symlink is swapped to it by a rename, and each top-level path is a
+// symlink through ..data. A container reading a remounted volume sees the
+// old files or the new, never a mix.
 func writeFiles(dir string, files []file) error {
+	payload := make(map[string]file, len(files))
+	for _, f := range files {
+		if f.path == "" || filepath.IsAbs(f.path) || slices.Contains(strings.Split(f.path, "/"), "..") || strings.HasPrefix(f.path, "..") {
+			return fmt.Errorf("invalid path %q in volume", f.path)
+		}
+		payload[filepath.Clean(f.path)] = f
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, f := range files {
-		if filepath.IsAbs(f.path) || slices.Contains(strings.Split(f.path, "/"), "..") {
-			return fmt.Errorf("invalid path %q in volume", f.path)
-		}
-		p := filepath.Join(dir, f.path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	dataLink := filepath.Join(dir, dataDirName)
+	old, err := os.Readlink(dataLink)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if old != "" && samePayload(filepath.Join(dir, old), payload) {
+		return nil
+	}
+	tsDir, err := os.MkdirTemp(dir, time.Now().UTC().Format("..2006_01_02_15_04_05."))
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(tsDir, 0o755); err != nil {
+		return err
+	}
+	top := map[string]bool{}
+	for p, f := range payload {
+		full := filepath.Join(tsDir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(p, f.data, os.FileMode(f.mode)&os.ModePerm); err != nil {
+		if err := os.WriteFile(full, f.data, os.FileMode(f.mode)&os.ModePerm); err != nil {
 			return err
+		}
+		if err := os.Chmod(full, os.FileMode(f.mode)&os.ModePerm); err != nil {
+			return err
+		}
+		top[strings.SplitN(p, string(filepath.Separator), 2)[0]] = true
+	}
+	tmpLink := filepath.Join(dir, dataDirName+"_tmp")
+	_ = os.Remove(tmpLink)
+	if err := os.Symlink(filepath.Base(tsDir), tmpLink); err != nil {
+		return err
+	}
+	if err := os.Rename(tmpLink, dataLink); err != nil {
+		return err
+	}
+	for name := range top {
+		link := filepath.Join(dir, name)
+		if _, err := os.Lstat(link); os.IsNotExist(err) {
+			if err := os.Symlink(filepath.Join(dataDirName, name), link); err != nil {
+				return err
+			}
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, ".."):
+			// The previous payload goes once ..data no longer names it.
+			if name != dataDirName && name == old {
+				if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+					return err
+				}
+			}
+		case !top[name] && e.Type()&os.ModeSymlink != 0:
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// dataDirName is the AtomicWriter's symlink to the current payload.
+const dataDirName = "..data"
+
+// samePayload reports whether dir holds exactly payload's files, with the
+// same contents and modes.
+func samePayload(dir string, payload map[string]file) bool {
+	n := 0
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		f, ok := payload[rel]
+		if !ok {
+			return fs.ErrNotExist
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil || !bytes.Equal(data, f.data) || info.Mode().Perm() != os.FileMode(f.mode)&os.ModePerm {
+			return fs.ErrNotExist
+		}
+		n++
+		return nil
+	})
+	return err == nil && n == len(payload)
 }

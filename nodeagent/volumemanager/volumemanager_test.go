@@ -2,6 +2,8 @@ package volumemanager
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +31,8 @@ type harness struct {
 	clock  *clocktesting.FakeClock
 	m      *Manager
 	tokens []*authenticationv1.TokenRequest
+	// tokenErr, when set, fails every TokenRequest.
+	tokenErr error
 }
 
 func newHarness(t *testing.T, podsDir string, objects ...runtime.Object) *harness {
@@ -37,10 +41,14 @@ func newHarness(t *testing.T, podsDir string, objects ...runtime.Object) *harnes
 		if a.GetSubresource() != "token" {
 			return false, nil, nil
 		}
+		if h.tokenErr != nil {
+			return true, nil, h.tokenErr
+		}
 		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenRequest)
 		h.tokens = append(h.tokens, tr)
 		out := tr.DeepCopy()
-		out.Status.Token = "token-for-" + tr.Spec.BoundObjectRef.Name
+		out.Status.Token = fmt.Sprintf("token-for-%s-%d", tr.Spec.BoundObjectRef.Name, len(h.tokens))
+		out.Status.ExpirationTimestamp = metav1.NewTime(h.clock.Now().Add(time.Duration(*tr.Spec.ExpirationSeconds) * time.Second))
 		return true, out, nil
 	})
 	// The Get strategy: every retry sees the objects as they are now.
@@ -216,7 +224,7 @@ func TestRealNodeWritesTheFiles(t *testing.T) {
 	}
 	base := filepath.Join(dir, "uid-1", "volumes")
 	for path, want := range map[string]string{
-		"kubernetes.io~projected/kube-api-access/token":     "token-for-web",
+		"kubernetes.io~projected/kube-api-access/token":     "token-for-web-1",
 		"kubernetes.io~projected/kube-api-access/ca.crt":    "CA",
 		"kubernetes.io~projected/kube-api-access/namespace": "ns",
 		"kubernetes.io~secret/creds/password":               "pw",
@@ -240,7 +248,7 @@ func TestRealNodeWritesTheFiles(t *testing.T) {
 		t.Errorf("mounts = %v", mounts)
 	}
 
-	// A second sync fetches nothing again.
+	// A second sync remounts, and the token is not due for a refresh.
 	if err := h.m.WaitForAttachAndMount(ctx, pod); err != nil || len(h.tokens) != 1 {
 		t.Errorf("second sync: err %v, %d token requests; want none more", err, len(h.tokens))
 	}
@@ -326,5 +334,98 @@ func TestMountReturnsAtTheKubeletsNextCheck(t *testing.T) {
 	}
 	if err := h.m.WaitForAttachAndMount(context.Background(), pod); err != nil {
 		t.Fatalf("a mounted pod's check: %v", err)
+	}
+}
+
+// TestRemountFollowsTheObjects: a later sync sets a mounted ConfigMap
+// volume up again from the object as it is now, swapping the payload as the
+// kubelet's AtomicWriter does, and leaves an unchanged payload alone.
+func TestRemountFollowsTheObjects(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	h := newHarness(t, dir, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}, Data: map[string]string{"a": "1", "b": "2"}})
+	pod := testPod(configMapVolume("config", "cfg", false))
+	if err := h.m.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	vol := filepath.Join(dir, "uid-1", "volumes", "kubernetes.io~configmap", "config")
+	first, err := os.Readlink(filepath.Join(vol, "..data"))
+	if err != nil {
+		t.Fatalf("no ..data symlink: %v", err)
+	}
+	if err := h.m.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.Readlink(filepath.Join(vol, "..data")); again != first {
+		t.Errorf("an unchanged payload was written again: ..data %s, then %s", first, again)
+	}
+
+	if _, err := h.client.CoreV1().ConfigMaps("ns").Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}, Data: map[string]string{"a": "3"}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(vol, "a")); err != nil || string(got) != "3" {
+		t.Errorf("a = %q, %v after the update; want 3", got, err)
+	}
+	if _, err := os.Lstat(filepath.Join(vol, "b")); !os.IsNotExist(err) {
+		t.Errorf("b, removed from the ConfigMap, is still in the volume: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(vol, first)); !os.IsNotExist(err) {
+		t.Errorf("the previous payload %s is still there: %v", first, err)
+	}
+
+	// A ConfigMap gone after the mount keeps the old contents, with the
+	// kubelet's event, and the sync goes on.
+	if err := h.client.CoreV1().ConfigMaps("ns").Delete(ctx, "cfg", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.drainEvents()
+	if err := h.m.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatalf("a failed remount failed the sync: %v", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(vol, "a")); string(got) != "3" {
+		t.Errorf("a = %q after a failed remount, want the old 3", got)
+	}
+	if ev := h.drainEvents(); len(ev) != 1 || !strings.Contains(ev[0], "FailedMount") {
+		t.Errorf("events = %v, want one FailedMount", ev)
+	}
+}
+
+// TestTokenRefreshedAtEightyPercent: the token manager's schedule. A token
+// of 3600 s is kept until its last 20 % (minus up to 10 s of jitter), then
+// requested again; a refresh that fails keeps a token still valid, and
+// fails the mount once it has expired.
+func TestTokenRefreshedAtEightyPercent(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, "")
+	pod := testPod(corev1.Volume{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+		{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3600)}},
+	}}}})
+	if err := h.m.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Step(2880*time.Second - maxJitter - time.Second)
+	if err := h.m.WaitForAttachAndMount(ctx, pod); err != nil || len(h.tokens) != 1 {
+		t.Fatalf("before 80 %% of the lifetime: err %v, %d token requests; want 1", err, len(h.tokens))
+	}
+	h.clock.Step(maxJitter + 2*time.Second)
+	if err := h.m.WaitForAttachAndMount(ctx, pod); err != nil || len(h.tokens) != 2 {
+		t.Fatalf("past 80 %% of the lifetime: err %v, %d token requests; want 2", err, len(h.tokens))
+	}
+
+	h.tokenErr = errors.New("apiserver unavailable")
+	h.clock.Step(2881 * time.Second)
+	if err := h.m.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Errorf("a failed refresh of a valid token failed the sync: %v", err)
+	}
+	h.clock.Step(720 * time.Second)
+	h.drainEvents()
+	if err := h.m.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if ev := h.drainEvents(); len(ev) != 1 || !strings.Contains(ev[0], "expired and refresh failed") {
+		t.Errorf("events = %v, want one FailedMount for the expired token", ev)
 	}
 }
