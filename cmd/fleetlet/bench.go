@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/fleetlet/fleetlet/loadprofiles"
@@ -62,7 +63,7 @@ func newBenchCommand() *cobra.Command {
 		fs.Duration("ready-timeout", 10*time.Minute, "how long to wait for every node to be Ready")
 		fs.String("dir", "", "directory for the control planes' data and logs (default: a new temporary directory)")
 		fs.Int("repeat", 1, "runs of each size; the table shows each figure's median over them")
-		fs.Int("services", 0, "before the settle, create this many ClusterIP Services (each with a selector, so the controller-manager makes an EndpointSlice for each) for the agents to watch")
+		fs.Int("services", 0, "before the fleet starts, create this many ClusterIP Services (each with a selector, so the controller-manager makes an EndpointSlice for each) for the agents to watch")
 		fs.Int("pods-per-node", 0, "after the idle window, create this many pods per node, wait Running, delete them and wait gone")
 		fs.Float64("pod-qps", 100, "pods created (and deleted) per second with --pods-per-node")
 		fs.Duration("pod-timeout", 10*time.Minute, "how long to wait for the pods Running, and then gone")
@@ -205,6 +206,17 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *i
 	opts.Recorder, opts.DebugCollectors = collector, lateness.Collectors()
 	opts.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return counter.Wrap(lateness.Wrap(rt)) }
 	opts.WrapProxyTransport = counter.WrapAs(reports.ComponentKubeProxy)
+	if services := v.GetInt("services"); services > 0 {
+		// Created before the fleet, as in a cluster that already runs its
+		// Services when nodes join: each agent lists them once. Created
+		// after, each create would fan out as an event to every node's
+		// three watches of them, which on a small machine holds the API
+		// server back for longer than the window measures (at 2,000 nodes,
+		// 266 of 1,000 Services in 10 minutes).
+		opts.BeforeFleet = func(ctx context.Context, admin *rest.Config) error {
+			return benchServices(ctx, admin, services, v.GetDuration("ready-timeout"))
+		}
+	}
 
 	// A run's fleet leaves the process's RSS higher than it found it, even
 	// after FreeOSMemory (pages the Go runtime keeps or cannot return), so
@@ -225,11 +237,6 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *i
 	fmt.Fprintf(os.Stderr, "fleetlet: %d nodes Ready after %v, schedulable after %v; measuring\n", n,
 		res.startup.Round(time.Millisecond), res.schedulable.Round(time.Millisecond))
 
-	if n := v.GetInt("services"); n > 0 {
-		if err := benchServices(ctx, client, n, v.GetDuration("ready-timeout")); err != nil {
-			return res, err
-		}
-	}
 	if err := sleepCtx(ctx, v.GetDuration("settle")); err != nil {
 		return res, err
 	}
@@ -274,11 +281,20 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *i
 // each selecting pods that do not exist, and waits until the
 // controller-manager has made an EndpointSlice for each: what every agent's
 // kubelet and kube-proxy then hold in their watches.
-func benchServices(ctx context.Context, client kubernetes.Interface, count int, timeout time.Duration) error {
-	// At 20 creates a second: each Service and then its EndpointSlice is an
-	// event for every node's watches, and on a small machine a faster burst
-	// fans out past the API server's request timeout.
-	limiter := rate.NewLimiter(20, 1)
+func benchServices(ctx context.Context, admin *rest.Config, count int, timeout time.Duration) error {
+	// Made before any node watches them, a create costs the API server
+	// one write and the controller-manager's EndpointSlice; 50 a second
+	// keeps that well inside a small machine's request timeout. The
+	// client's own limit (client-go's default is 5 QPS) must not be the
+	// one that holds them back.
+	const qps = 50
+	cfg := rest.CopyConfig(admin)
+	cfg.QPS, cfg.Burst, cfg.UserAgent = 2*qps, 4*qps, "fleetlet/driver"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	limiter := rate.NewLimiter(qps, 1)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(4)
 	for i := range count {
@@ -311,7 +327,7 @@ func benchServices(ctx context.Context, client kubernetes.Interface, count int, 
 		return err
 	}
 	var n int
-	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		list, err := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name"})
 		if err != nil {
 			return false, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/viper"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 
@@ -61,6 +62,9 @@ type sessionOptions struct {
 	// NetworkProgramming receives their programming latencies.
 	WrapProxyTransport transport.WrapperFunc
 	NetworkProgramming *reports.NetworkProgramming
+	// BeforeFleet, when set, runs once the cluster is open and before the
+	// fleet is built: what it creates, every agent finds at its first list.
+	BeforeFleet func(ctx context.Context, admin *rest.Config) error
 }
 
 // optionsFrom reads the cluster and fleet flags into options for profile p
@@ -155,6 +159,11 @@ func (s *session) Start(ctx context.Context) error {
 	pools, _, err := fleetPools(o.Profile)
 	if err != nil {
 		return err
+	}
+	if o.BeforeFleet != nil {
+		if err := o.BeforeFleet(ctx, cl.admin); err != nil {
+			return err
+		}
 	}
 	newRuntime, stopRuntimes, err := runtimeFactory(ctx, o.CRI, behaviour(o.Profile.Runtime))
 	if err != nil {
