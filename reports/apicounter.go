@@ -1,6 +1,7 @@
 package reports
 
 import (
+	"bytes"
 	"cmp"
 	"io"
 	"net/http"
@@ -45,6 +46,8 @@ type apiKey struct {
 
 type apiStat struct {
 	count, bytesSent, bytesReceived, errors atomic.Int64
+	// events counts the events this key's watches have delivered.
+	events atomic.Int64
 	// open counts this key's watches whose body is not closed yet.
 	open atomic.Int64
 	// codes[c] counts responses with status c×100 to c×100+99; codes[0] the
@@ -122,6 +125,11 @@ type APIStat struct {
 	// OpenWatches, on a watch row, is how many of its watches were open
 	// when the counts were taken: the watches the fleet holds.
 	OpenWatches int64 `json:"openWatches,omitempty"`
+	// Events, on a watch row, counts the events its watches received,
+	// including the initial events of a streaming list and bookmarks: one
+	// per frame of a protobuf watch stream, one per line of a JSON one. A
+	// watch in any other encoding (CBOR) counts none.
+	Events int64 `json:"events,omitempty"`
 }
 
 // Label is the row's name for people: resource[.group][/subresource], or the
@@ -186,6 +194,7 @@ func (a *APICounter) Snapshot() []APIStat {
 			Count:         s.count.Load(),
 			BytesSent:     s.bytesSent.Load(),
 			BytesReceived: s.bytesReceived.Load(),
+			Events:        s.events.Load(),
 			P50Ms:         st.p50,
 			P99Ms:         st.p99,
 			Errors:        s.errors.Load(),
@@ -316,6 +325,10 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 			for _, o := range body.open {
 				o.Add(1)
 			}
+			if class == 2 {
+				body.events = &s.events
+				body.framing = watchFramingOf(resp.Header)
+			}
 		}
 		resp.Body = body
 	}
@@ -323,22 +336,121 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 }
 
 // countingReader counts the bytes read through it into n, and, for a watch,
-// holds one count of open until it is closed.
+// holds one count of open until it is closed and counts the events of its
+// stream into events.
 type countingReader struct {
 	rc io.ReadCloser
 	n  *atomic.Int64
 	// open are the fleet's and the row's counts of open watches.
 	open   [2]*atomic.Int64
 	closed atomic.Bool
+
+	// events is the row's count of watch events; nil when the body is not
+	// a watch stream (not a watch, or an error response).
+	events  *atomic.Int64
+	framing watchFraming
+	// The protobuf framer's state between Reads: hdr bytes of the current
+	// frame's length header have been read, adding up to size so far; once
+	// the header is whole, left bytes of the frame remain.
+	hdr  int
+	size uint32
+	left uint32
+}
+
+// watchFraming is how a watch stream delimits its events.
+type watchFraming uint8
+
+const (
+	// framingNone counts no events: an encoding whose events are not
+	// delimited in the stream (CBOR sends one item after another).
+	framingNone watchFraming = iota
+	// framingLength is the protobuf stream's: each event a 4-byte
+	// big-endian length and that many bytes
+	// (k8s.io/apimachinery/pkg/util/framer).
+	framingLength
+	// framingLines is the JSON stream's: each event one JSON object and a
+	// newline, and JSON escapes the newlines inside strings.
+	framingLines
+)
+
+// watchFramingOf reads a watch response's Content-Type, without
+// allocating: application/vnd.kubernetes.protobuf;stream=watch is framed
+// by lengths, application/json (with or without ;stream=watch) by lines,
+// anything else not at all. A body the transport left compressed (a caller
+// that asked for gzip itself) is not framed either.
+func watchFramingOf(h http.Header) watchFraming {
+	if ce := h.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return framingNone
+	}
+	mediaType, params, _ := strings.Cut(h.Get("Content-Type"), ";")
+	mediaType = strings.TrimSpace(mediaType)
+	switch {
+	case strings.EqualFold(mediaType, "application/json"):
+		return framingLines
+	case strings.EqualFold(mediaType, "application/vnd.kubernetes.protobuf"):
+		for params != "" {
+			var param string
+			param, params, _ = strings.Cut(params, ";")
+			key, value, _ := strings.Cut(param, "=")
+			if strings.EqualFold(strings.TrimSpace(key), "stream") && strings.EqualFold(strings.Trim(strings.TrimSpace(value), `"`), "watch") {
+				return framingLength
+			}
+		}
+	}
+	return framingNone
 }
 
 func (r *countingReader) Read(p []byte) (int, error) {
 	n, err := r.rc.Read(p)
 	if n > 0 {
 		r.n.Add(int64(n))
+		if r.events != nil {
+			if e := r.countEvents(p[:n]); e > 0 {
+				r.events.Add(e)
+			}
+		}
 	}
 	return n, err
 }
+
+// countEvents returns how many events end in b, the next bytes of the
+// stream. An event is counted when the client has all of it: a protobuf
+// frame when its last byte is read, a JSON event at its newline.
+func (r *countingReader) countEvents(b []byte) int64 {
+	switch r.framing {
+	case framingLines:
+		return int64(bytes.Count(b, newline))
+	case framingLength:
+		var e int64
+		for len(b) > 0 {
+			if r.hdr < 4 {
+				r.size = r.size<<8 | uint32(b[0])
+				r.hdr++
+				b = b[1:]
+				if r.hdr < 4 {
+					continue
+				}
+				r.left = r.size
+				if r.left > 0 {
+					continue
+				}
+			} else {
+				k := uint32(min(uint64(len(b)), uint64(r.left)))
+				b = b[k:]
+				r.left -= k
+				if r.left > 0 {
+					continue
+				}
+			}
+			e++
+			r.hdr, r.size = 0, 0
+		}
+		return e
+	}
+	return 0
+}
+
+var newline = []byte{'\n'}
 
 func (r *countingReader) Close() error {
 	// Close may be called more than once (client-go's watch decoder and its

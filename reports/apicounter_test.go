@@ -2,12 +2,17 @@ package reports
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/iotest"
 )
 
 func TestClassifyRequest(t *testing.T) {
@@ -312,6 +317,154 @@ func TestAPICounterTransportErrorsAndUpgrades(t *testing.T) {
 	}
 	if _, ok := resp.Body.(io.ReadWriteCloser); !ok {
 		t.Errorf("a 101 response's body lost its io.Writer: %T", resp.Body)
+	}
+}
+
+// protobufWatchStream frames bodies as a protobuf watch stream does: each a
+// 4-byte big-endian length, then the bytes.
+func protobufWatchStream(bodies ...[]byte) []byte {
+	var b []byte
+	for _, body := range bodies {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(body)))
+		b = append(b, body...)
+	}
+	return b
+}
+
+func TestAPICounterWatchEvents(t *testing.T) {
+	const protobufWatch = "application/vnd.kubernetes.protobuf;stream=watch"
+	// Frames of every header shape: empty, one byte, lengths that need two
+	// and three bytes, and bodies full of bytes that look like lengths and
+	// newlines.
+	frames := protobufWatchStream(
+		[]byte("k8s\x00\n\x04Pod"),
+		nil,
+		[]byte{0},
+		bytes.Repeat([]byte{'\n', 0xff, 0, 1}, 75),    // 300 bytes
+		bytes.Repeat([]byte{0, 0, 0, 4, '\n'}, 14000), // 70000 bytes
+		[]byte("bookmark"),
+	)
+	jsonLines := `{"type":"ADDED","object":{"kind":"Pod","metadata":{"annotations":{"a":"x\ny"}}}}` + "\n" +
+		`{"type":"MODIFIED","object":{"kind":"Pod"}}` + "\n" +
+		`{"type":"BOOKMARK","object":{"kind":"Pod"}}` + "\n"
+	for _, tc := range []struct {
+		name        string
+		contentType string
+		encoding    string
+		code        int
+		body        []byte
+		want        int64
+	}{
+		{"protobuf", protobufWatch, "", 200, frames, 6},
+		{"protobuf with spaces and quotes", `application/vnd.kubernetes.protobuf; stream="watch"`, "", 200, frames, 6},
+		{"protobuf cut inside a header", protobufWatch, "", 200, append(slices.Clip(frames), 0, 0), 6},
+		{"protobuf cut inside a frame", protobufWatch, "", 200, append(slices.Clip(frames), protobufWatchStream([]byte("partial"))[:8]...), 6},
+		{"protobuf without stream=watch", "application/vnd.kubernetes.protobuf", "", 200, frames, 0},
+		{"json", "application/json", "", 200, []byte(jsonLines), 3},
+		{"json stream=watch", "application/json;stream=watch", "", 200, []byte(jsonLines), 3},
+		{"json cut inside an event", "application/json", "", 200, []byte(jsonLines + `{"type":"ADD`), 3},
+		{"cbor", "application/cbor;stream=watch", "", 200, []byte(jsonLines), 0},
+		{"no content type", "", "", 200, frames, 0},
+		{"still compressed", "application/json", "gzip", 200, []byte(jsonLines), 0},
+		{"error status", "application/json", "", 500, []byte(`{"kind":"Status","code":500}` + "\n"), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, oneByte := range []bool{true, false} {
+				counter := NewAPICounter()
+				rt := counter.Wrap(roundTripFunc(func(*http.Request) (*http.Response, error) {
+					var body io.Reader = bytes.NewReader(tc.body)
+					if oneByte {
+						body = iotest.OneByteReader(body)
+					}
+					h := http.Header{}
+					if tc.contentType != "" {
+						h.Set("Content-Type", tc.contentType)
+					}
+					if tc.encoding != "" {
+						h.Set("Content-Encoding", tc.encoding)
+					}
+					return &http.Response{StatusCode: tc.code, Header: h, Body: io.NopCloser(body)}, nil
+				}))
+				resp, err := rt.RoundTrip(httptest.NewRequest("GET", "http://apiserver/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&watch=true", nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				s := findStat(t, counter.Snapshot(), "watch", "pods", "")
+				if s.Events != tc.want || s.BytesReceived != int64(len(tc.body)) {
+					t.Errorf("one byte per Read %v: %d events, %d bytes; want %d events, %d bytes",
+						oneByte, s.Events, s.BytesReceived, tc.want, len(tc.body))
+				}
+			}
+		})
+	}
+
+	// A list is not a stream: its lines are not events.
+	counter := NewAPICounter()
+	rt := counter.Wrap(roundTripFunc(func(*http.Request) (*http.Response, error) {
+		h := http.Header{"Content-Type": {"application/json"}}
+		return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader(jsonLines))}, nil
+	}))
+	resp, err := rt.RoundTrip(httptest.NewRequest("GET", "http://apiserver/api/v1/pods", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if s := findStat(t, counter.Snapshot(), "list", "pods", ""); s.Events != 0 {
+		t.Errorf("a list counted %d events, want 0", s.Events)
+	}
+}
+
+// TestAPICounterWatchEventsOverHTTP counts a JSON watch's events as a
+// real transport delivers them, in chunks.
+func TestAPICounterWatchEventsOverHTTP(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		for i := range 5 {
+			fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"p%d"}}}`+"\n", i)
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer srv.Close()
+	counter := NewAPICounter()
+	client := &http.Client{Transport: counter.Wrap(srv.Client().Transport)}
+	resp, err := client.Get(srv.URL + "/api/v1/pods?watch=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if got := findStat(t, counter.Snapshot(), "watch", "pods", "").Events; got != 5 {
+		t.Errorf("%d events, want 5", got)
+	}
+}
+
+// loopReader serves data over and over.
+type loopReader struct {
+	data []byte
+	off  int
+}
+
+func (l *loopReader) Read(p []byte) (int, error) {
+	n := copy(p, l.data[l.off:])
+	l.off = (l.off + n) % len(l.data)
+	return n, nil
+}
+
+func TestCountingReaderDoesNotAllocate(t *testing.T) {
+	var n, events atomic.Int64
+	stream := protobufWatchStream(bytes.Repeat([]byte("x"), 100), bytes.Repeat([]byte("y"), 1000))
+	r := &countingReader{rc: io.NopCloser(&loopReader{data: stream}), n: &n, events: &events, framing: framingLength}
+	buf := make([]byte, 333) // not a multiple of any frame, so headers split
+	if allocs := testing.AllocsPerRun(1000, func() { r.Read(buf) }); allocs != 0 {
+		t.Errorf("Read allocates %v times, want 0", allocs)
+	}
+	if events.Load() == 0 {
+		t.Errorf("no events counted")
 	}
 }
 

@@ -86,12 +86,12 @@ func RenderMarkdown(w io.Writer, r *Report) error {
 
 	if len(v.API) > 0 {
 		p("\n## API requests, client side\n\n")
-		p("The fleet's own requests, counted at each agent's HTTP transport, by the client that sent them (the kubelet or the node's kube-proxy). Latency is to the response headers; *open* is the watches held at the end.\n\n")
+		p("The fleet's own requests, counted at each agent's HTTP transport, by the client that sent them (the kubelet or the node's kube-proxy). Latency is to the response headers; *per pod* is the requests per pod created; *events/node* the watch events (bookmarks and initial lists included) and *received/node* the bytes received per node, to hold against one real kubelet's; *open* is the watches held at the end.\n\n")
 		rows := make([][]string, 0, len(v.API))
 		for _, a := range v.API {
-			rows = append(rows, []string{a.Client, a.Verb, a.Resource, a.Requests, a.Rate, a.PerNodeMin, a.Open, a.Sent, a.Received, a.P50, a.P99, a.Errors})
+			rows = append(rows, []string{a.Client, a.Verb, a.Resource, a.Requests, a.Rate, a.PerNodeMin, a.PerPod, a.EventsPerNode, a.ReceivedPerNode, a.Open, a.Sent, a.Received, a.P50, a.P99, a.Errors})
 		}
-		mdTable(bw, []string{"client", "verb", "resource", "requests", "req/s", "per node/min", "open", "sent", "received", "p50 ms", "p99 ms", "errors"}, "---rrrrrrrrr", rows)
+		mdTable(bw, []string{"client", "verb", "resource", "requests", "req/s", "per node/min", "per pod", "events/node", "received/node", "open", "sent", "received", "p50 ms", "p99 ms", "errors"}, "---rrrrrrrrrrrr", rows)
 	}
 	p("\n## API server latency, server side\n\n")
 	if v.APIServerMissing {

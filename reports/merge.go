@@ -306,6 +306,7 @@ func mergeAPI(reports []*Report) ([]APIStat, error) {
 			a.stat.BytesReceived += s.BytesReceived
 			a.stat.Errors += s.Errors
 			a.stat.OpenWatches += s.OpenWatches
+			a.stat.Events += s.Events
 			for c, n := range s.Codes {
 				if a.stat.Codes == nil {
 					a.stat.Codes = map[string]int64{}

@@ -116,10 +116,12 @@ func TestMergeAPIAndControlPlaneMetrics(t *testing.T) {
 	a := &Report{Profile: "p", API: []APIStat{
 		{Verb: "patch", Resource: "pods", Subresource: "status", Count: 100, BytesSent: 1000, Errors: 1, Codes: map[string]int64{"2xx": 99, "5xx": 1}, Histogram: hist(1, 100)},
 		{Verb: "get", Path: "/version", Count: 1, P50Ms: 0.4, P99Ms: 0.4}, // no histogram, only here: kept as is
+		{Verb: "watch", Resource: "pods", Count: 2, BytesReceived: 300, OpenWatches: 2, Events: 40, Histogram: hist(1, 2)},
 	}}
 	b := &Report{Profile: "p", API: []APIStat{
 		{Verb: "patch", Resource: "pods", Subresource: "status", Count: 100, BytesSent: 2000, Codes: map[string]int64{"2xx": 100}, Histogram: hist(101, 200)},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Count: 5, Histogram: hist(5, 9)},
+		{Verb: "watch", Resource: "pods", Count: 3, BytesReceived: 700, OpenWatches: 1, Events: 25, Histogram: hist(3, 5)},
 	}}
 	d := sampleMetricsDiff()
 	a.APIServerLatency = d.APICallLatencies()
@@ -134,10 +136,13 @@ func TestMergeAPIAndControlPlaneMetrics(t *testing.T) {
 	for _, s := range m.API {
 		rows = append(rows, s.Verb+" "+s.Label())
 	}
-	if !slices.Equal(rows, []string{"update leases.coordination.k8s.io", "patch pods/status", "get /version"}) {
+	if !slices.Equal(rows, []string{"update leases.coordination.k8s.io", "watch pods", "patch pods/status", "get /version"}) {
 		t.Errorf("merged API rows = %q", rows)
 	}
-	patch := m.API[1]
+	if w := m.API[1]; w.Count != 5 || w.BytesReceived != 1000 || w.OpenWatches != 3 || w.Events != 65 {
+		t.Errorf("merged watch row = %+v, want count 5, 1000 bytes received, 3 open, 65 events", w)
+	}
+	patch := m.API[2]
 	if patch.Count != 200 || patch.BytesSent != 3000 || patch.Errors != 1 || !mapsEqual(patch.Codes, map[string]int64{"2xx": 199, "5xx": 1}) {
 		t.Errorf("merged patch row = %+v", patch)
 	}
@@ -145,8 +150,8 @@ func TestMergeAPIAndControlPlaneMetrics(t *testing.T) {
 	if patch.P50Ms != 0.1 || patch.P99Ms != 0.198 {
 		t.Errorf("merged patch p50 %v p99 %v ms, want 0.1 and 0.198 (from the merged histogram)", patch.P50Ms, patch.P99Ms)
 	}
-	if m.API[2].P99Ms != 0.4 {
-		t.Errorf("a row from one report lost its percentiles: %+v", m.API[2])
+	if m.API[3].P99Ms != 0.4 {
+		t.Errorf("a row from one report lost its percentiles: %+v", m.API[3])
 	}
 
 	// Server-side rows add bucket by bucket.

@@ -45,9 +45,9 @@ func RenderSummary(w io.Writer, r *Report) {
 		fmt.Fprintln(w)
 		rows := make([][]string, 0, len(v.API))
 		for _, a := range v.API {
-			rows = append(rows, []string{a.Client, a.Verb, a.Resource, a.Requests, a.Rate, a.Open, a.Sent, a.Received, a.P99, a.Errors})
+			rows = append(rows, []string{a.Client, a.Verb, a.Resource, a.Requests, a.Rate, a.Open, a.EventsPerNode, a.Sent, a.Received, a.P99, a.Errors})
 		}
-		writeTable(w, 3, []string{"CLIENT", "VERB", "RESOURCE", "REQUESTS", "REQ/s", "OPEN", "SENT", "RECEIVED", "P99 ms", "ERRORS"}, rows)
+		writeTable(w, 3, []string{"CLIENT", "VERB", "RESOURCE", "REQUESTS", "REQ/s", "OPEN", "EVENTS/NODE", "SENT", "RECEIVED", "P99 ms", "ERRORS"}, rows)
 	}
 
 	if len(v.Notes) > 0 {

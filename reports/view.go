@@ -90,6 +90,15 @@ type apiRow struct {
 	// node per minute, to hold against one real node's; Open the watches
 	// open at the end ("-" on rows that are not watches).
 	Client, Verb, Resource, Requests, Rate, PerNodeMin, Open, Sent, Received, P50, P99, Errors string
+	// PerPod is the requests per pod created ("-" when none was): under
+	// load, the per-pod request mix to hold against a kubelet's.
+	PerPod string
+	// EventsPerNode is, on a watch row, the watch events received per node
+	// (bookmarks and a streaming list's initial events included);
+	// ReceivedPerNode the response bytes per node. Both are what one real
+	// kubelet's would be, and "-" when the report has no nodes (and
+	// EventsPerNode on rows that are not watches).
+	EventsPerNode, ReceivedPerNode string
 }
 
 type apiServerRow struct {
@@ -339,7 +348,8 @@ func phaseNotes(r *Report) []string {
 }
 
 // apiRows are the fleet's requests, client side; the rate is over the
-// run's wall time.
+// run's wall time, the per-node figures over r.Nodes and PerPod over the
+// pods created.
 func apiRows(r *Report) []apiRow {
 	var rows []apiRow
 	for _, a := range r.API {
@@ -350,12 +360,24 @@ func apiRows(r *Report) []apiRow {
 				perNode = fmtRate(float64(a.Count)/float64(r.Nodes)/(r.WallSeconds/60), 2)
 			}
 		}
+		perPod := "-"
+		if r.Pods.Created > 0 {
+			perPod = fmtRate(float64(a.Count)/float64(r.Pods.Created), 2)
+		}
+		eventsPerNode, receivedPerNode := "-", "-"
+		if r.Nodes > 0 {
+			receivedPerNode = fmtBytes(a.BytesReceived / int64(r.Nodes))
+			if a.Verb == "watch" {
+				eventsPerNode = fmtRate(float64(a.Events)/float64(r.Nodes), 2)
+			}
+		}
 		open := "-"
 		if a.Verb == "watch" {
 			open = strconv.FormatInt(a.OpenWatches, 10)
 		}
 		rows = append(rows, apiRow{
 			Client: cmp.Or(a.Component, "kubelet"), PerNodeMin: perNode, Open: open,
+			PerPod: perPod, EventsPerNode: eventsPerNode, ReceivedPerNode: receivedPerNode,
 			Verb: a.Verb, Resource: a.Label(), Requests: strconv.FormatInt(a.Count, 10), Rate: rate,
 			Sent: fmtBytes(a.BytesSent), Received: fmtBytes(a.BytesReceived),
 			P50: fmtMs(a.P50Ms), P99: fmtMs(a.P99Ms), Errors: strconv.FormatInt(a.Errors, 10),

@@ -98,7 +98,7 @@ func TestRenderersAgree(t *testing.T) {
 			}
 			want = append(want, v.Errors...)
 			for _, row := range v.API {
-				want = append(want, row.Resource, row.Rate, row.Sent, row.Received)
+				want = append(want, row.Resource, row.Rate, row.EventsPerNode, row.Sent, row.Received)
 			}
 			for _, p := range append(v.Phases, v.SLIs...) {
 				want = append(want, p.Name, p.P50, p.P90, p.P99, p.Max)
