@@ -65,9 +65,9 @@ test-unit:
 
 # The tests tagged `integration` start the real control plane from bin/
 # (and the containerd test, as root, a real containerd); the unit tests of
-# those two packages run again with them.
+# those packages run again with them.
 test-integration: build controlplane kubemark
-	FLEETLET_BIN_DIR=$(BIN) $(GO) test -tags integration -timeout 45m ./cmd/... ./controlplane/...
+	FLEETLET_BIN_DIR=$(BIN) $(GO) test -tags integration -timeout 45m ./cmd/... ./controlplane/... ./internal/...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./fakeruntime/... ./nodeagent/... ./reports/...

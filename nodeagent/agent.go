@@ -104,9 +104,10 @@ type Agent struct {
 	nodeSource source
 	podSource  source
 	nodeStore  cache.Store
-	// nodeStatusConfig is the node status manager's configuration, but for
-	// what the start finds out (the runtime's version, the kubelet port).
-	nodeStatusConfig nodestatus.Config
+	// nodeStatus registers the Node and keeps its status; the start tells
+	// it what it finds out (the runtime's version, the kubelet port).
+	nodeStatus *nodestatus.Manager
+	workers    *podworkers.PodWorkers
 	// parts are the runnables Run starts, in order.
 	parts []part
 
@@ -114,12 +115,6 @@ type Agent struct {
 	// runtimeName is the CRI runtime's name, from its Version.
 	runtimeName     string
 	kubeletListener net.Listener
-	// nodeStatus is made at registration: the node's identity names the
-	// runtime's version and the kubelet port.
-	nodeStatus *nodestatus.Manager
-	// workers are made as they start: podworkers.New binds their goroutines
-	// to a context.
-	workers *podworkers.PodWorkers
 
 	mu      sync.Mutex
 	pods    map[types.UID]*corev1.Pod
@@ -210,7 +205,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
-	a.nodeStatusConfig = nodestatus.Config{
+	a.nodeStatus = nodestatus.NewManager(nodestatus.Config{
 		Identity: nodestatus.Identity{
 			Name: cfg.NodeName, IP: cfg.NodeIP, Labels: cfg.Labels, Taints: cfg.Taints, Capacity: capacity,
 			KubeletVersion: KubeletVersion,
@@ -222,7 +217,8 @@ func New(cfg Config) (*Agent, error) {
 		UpdateFrequency: kc.NodeStatusUpdateFrequency.Duration,
 		ReportFrequency: kc.NodeStatusReportFrequency.Duration,
 		Seed:            nodeSeed(cfg.NodeName),
-	}
+	})
+	a.workers = podworkers.New(a, cfg.Clock, a.pleg)
 	if kp := cfg.KubeProxy; kp != nil {
 		var err error
 		a.kubeProxy, err = proxy.New(proxy.Config{
@@ -241,9 +237,7 @@ func New(cfg Config) (*Agent, error) {
 
 // runnables lists the agent's parts in the order Run starts them; they stop
 // in reverse. A part without a runnable (the kubelet API on a node that does
-// not serve it, the evented PLEG without its gate) is skipped. The parts that
-// Run's steps make (node status, pod workers) are reached through closures,
-// which read them once they exist.
+// not serve it, the evented PLEG without its gate) is skipped.
 func (a *Agent) runnables() []part {
 	var kubeletListener, kubeletServer, eventedPLEG, ownWatches, kubeProxy runnable
 	if a.ownWatches != nil {
@@ -267,16 +261,16 @@ func (a *Agent) runnables() []part {
 		{"kubelet watches", ownWatches},
 		// Opened before registration: the Node advertises the port.
 		{"kubelet API listener", kubeletListener},
-		{"node registration", step{start: a.registerNode}},
+		{"node registration", step{start: a.nodeStatus.Register}},
 		{"node source", a.nodeSource},
 		{"node source synced", step{start: a.waitForNode}},
 		{"node lease", newLoop(a.lease.Run)},
-		{"node status", newLoop(func(ctx context.Context) { a.nodeStatus.Run(ctx) })},
+		{"node status", newLoop(a.nodeStatus.Run)},
 		{"pod status manager", newLoop(a.statusManager.Run)},
 		{"PLEG", newLoop(a.pleg.Run)},
 		{"evented PLEG", eventedPLEG},
 		{"prober", a.probes},
-		{"pod workers", step{start: a.startPodWorkers, stop: func() { a.workers.Wait() }}},
+		{"pod workers", a.workers},
 		// The pod source hands pods to the pod workers.
 		{"pod source", a.podSource},
 		// These read the pod workers and whether the pods have been listed.
@@ -308,15 +302,8 @@ func (a *Agent) readRuntimeVersion(ctx context.Context) error {
 		return fmt.Errorf("node %s: the CRI runtime did not answer Version: %w; check that its endpoint is up", a.cfg.NodeName, err)
 	}
 	a.runtimeName = ver.RuntimeName
-	a.nodeStatusConfig.Identity.RuntimeVersion = ver.RuntimeName + "://" + ver.RuntimeVersion
+	a.nodeStatus.SetRuntimeVersion(ver.RuntimeName + "://" + ver.RuntimeVersion)
 	return nil
-}
-
-// registerNode makes the node status manager, now that the node's identity
-// is complete, and creates the Node.
-func (a *Agent) registerNode(ctx context.Context) error {
-	a.nodeStatus = nodestatus.NewManager(a.nodeStatusConfig)
-	return a.nodeStatus.Register(ctx)
 }
 
 // waitForNode waits until the node source holds the Node: node status,
@@ -328,19 +315,12 @@ func (a *Agent) waitForNode(ctx context.Context) error {
 	return nil
 }
 
-// startPodWorkers makes the pod workers, whose goroutines live until ctx
-// ends. They read the PLEG as the kubelet's read its pod status cache.
-func (a *Agent) startPodWorkers(ctx context.Context) error {
-	a.workers = podworkers.New(ctx, a, a.cfg.Clock, a.pleg)
-	return nil
-}
-
 // couldHaveRunningContainers is the status manager's question to the pod
 // workers, asked only of pods whose status was set (after the workers
 // exist): until its worker has stopped a pod's containers, a terminal
 // phase is held back.
 func (a *Agent) couldHaveRunningContainers(uid types.UID) bool {
-	return a.workers != nil && a.workers.CouldHaveRunningContainers(uid)
+	return a.workers.CouldHaveRunningContainers(uid)
 }
 
 // syncLoop turns PLEG events and probe results into pod syncs, the

@@ -60,7 +60,7 @@ func (a *Agent) listenKubeletAPI(context.Context) error {
 		return fmt.Errorf("node %s: cannot serve the kubelet API on %s: %w; free the port or choose another with --kubelet-port", a.cfg.NodeName, addr, err)
 	}
 	a.kubeletListener = ln
-	a.nodeStatusConfig.Identity.KubeletPort = int32(ln.Addr().(*net.TCPAddr).Port)
+	a.nodeStatus.SetKubeletPort(int32(ln.Addr().(*net.TCPAddr).Port))
 	return nil
 }
 

@@ -56,6 +56,15 @@ func NewManager(cfg Config) *Manager {
 	return &Manager{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
 }
 
+// SetRuntimeVersion sets the nodeInfo.containerRuntimeVersion the Node
+// reports, "<name>://<version>" from the runtime's Version, which the
+// agent asks at its start, before Register.
+func (m *Manager) SetRuntimeVersion(v string) { m.cfg.Identity.RuntimeVersion = v }
+
+// SetKubeletPort sets the port in the Node's daemonEndpoints, once the
+// kubelet API listens, before Register.
+func (m *Manager) SetKubeletPort(port int32) { m.cfg.Identity.KubeletPort = port }
+
 // Register creates the Node as the kubelet's registerWithAPIServer does:
 // it waits 100 ms, tries, and waits twice as long before each retry, up to
 // 7 s, for as long as ctx lasts; a kubelet never gives up registering. A

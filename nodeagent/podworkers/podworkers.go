@@ -91,15 +91,28 @@ type PodWorkers struct {
 	wg      sync.WaitGroup
 }
 
-// New returns PodWorkers whose goroutines live until ctx ends. With a
-// cache, a worker moving a pod on to terminating and to terminated first
-// waits for a runtime status newer than its last sync, as the kubelet's
-// podWorkerLoop waits on its pod cache (GetNewerThan): up to a PLEG
-// relist period at each step of a teardown. SyncPod does not wait: the
-// agent reads the runtime's status directly, and its readiness updates go
-// through SyncPod where the kubelet's go straight to the status manager.
-func New(ctx context.Context, syncer Syncer, clk clock.WithTickerAndDelayedExecution, cache Cache) *PodWorkers {
-	return &PodWorkers{syncer: syncer, clock: clk, cache: cache, ctx: ctx, workers: map[types.UID]*worker{}}
+// New returns PodWorkers, whose goroutines run from Start until its
+// context ends. With a cache, a worker moving a pod on to terminating and
+// to terminated first waits for a runtime status newer than its last sync,
+// as the kubelet's podWorkerLoop waits on its pod cache (GetNewerThan): up
+// to a PLEG relist period at each step of a teardown. SyncPod does not
+// wait: the agent reads the runtime's status directly, and its readiness
+// updates go through SyncPod where the kubelet's go straight to the status
+// manager.
+func New(syncer Syncer, clk clock.WithTickerAndDelayedExecution, cache Cache) *PodWorkers {
+	return &PodWorkers{syncer: syncer, clock: clk, cache: cache, workers: map[types.UID]*worker{}}
+}
+
+// Start binds the workers to ctx: they stop when it ends, and Wait returns
+// once they have. UpdatePod must not be called before Start.
+func (p *PodWorkers) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ctx != nil {
+		return errors.New("pod workers started twice")
+	}
+	p.ctx = ctx
+	return nil
 }
 
 // UpdatePod hands the newest version of a pod to its worker, starting one if
@@ -107,6 +120,9 @@ func New(ctx context.Context, syncer Syncer, clk clock.WithTickerAndDelayedExecu
 func (p *PodWorkers) UpdatePod(pod *corev1.Pod) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.ctx == nil {
+		panic("podworkers: UpdatePod before Start")
+	}
 	w, ok := p.workers[pod.UID]
 	if !ok {
 		w = &worker{wake: make(chan struct{}, 1), finished: make(chan struct{})}

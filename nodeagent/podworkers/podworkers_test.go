@@ -75,7 +75,10 @@ func pod(rv string) *corev1.Pod {
 func newWorkers(t *testing.T, s *syncer) (*PodWorkers, *clocktesting.FakeClock) {
 	ctx, cancel := context.WithCancel(context.Background())
 	clk := clocktesting.NewFakeClock(time.Now())
-	p := New(ctx, s, clk, nil)
+	p := New(s, clk, nil)
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { cancel(); p.Wait() })
 	return p, clk
 }
@@ -250,7 +253,10 @@ func TestKillCancelsTheSyncInFlight(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := &blockingSyncer{started: make(chan struct{})}
-	p := New(ctx, s, clocktesting.NewFakeClock(time.Now()), nil)
+	p := New(s, clocktesting.NewFakeClock(time.Now()), nil)
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u1", ResourceVersion: "1"}}
 	p.UpdatePod(pod)
 	<-s.started
@@ -312,7 +318,10 @@ func TestTeardownWaitsForTheCache(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	s := &slowSyncer{clk: clk, postSync: make(chan time.Time, 1)}
 	c := &cache{release: make(chan struct{})}
-	p := New(ctx, s, clk, c)
+	p := New(s, clk, c)
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { cancel(); p.Wait() })
 	if p.CouldHaveRunningContainers("u1") {
 		t.Error("a pod without a worker could have running containers")
@@ -358,7 +367,10 @@ func TestFailedCleanUpRetriesOnlyTheCleanUp(t *testing.T) {
 	s := &failingCleanUp{}
 	ctx, cancel := context.WithCancel(context.Background())
 	clk := clocktesting.NewFakeClock(time.Now())
-	p := New(ctx, s, clk, nil)
+	p := New(s, clk, nil)
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { cancel(); p.Wait() })
 	p.KillPod(pod("1"))
 	testutil.WaitFor(t, "the failed clean-up armed its retry", func() bool { return len(s.snapshot()) == 2 && clk.HasWaiters() })
