@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	internalapi "k8s.io/cri-api/pkg/apis"
 	remote "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
 	"github.com/fleetlet/fleetlet/nodeagent"
@@ -54,11 +56,7 @@ func newAgentCommand() *cobra.Command {
 			"and capacity come from the host unless given.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, err := settings(cmd)
-			if err != nil {
-				return err
-			}
-			opts, err := agentOptionsFrom(v)
+			opts, err := agentOptionsFrom(agentSettings(cmd))
 			if err != nil {
 				return err
 			}
@@ -80,18 +78,37 @@ func newAgentCommand() *cobra.Command {
 }
 
 func agentFlags(fs *pflag.FlagSet) {
-	fs.String("cri-endpoint", defaultCRIEndpoint, "the CRI runtime's socket")
+	// It shadows the root's --config: here, as on a kubelet, it is the
+	// kubelet's config file.
+	fs.String("config", "", "the kubelet's --config: a KubeletConfiguration file (kubelet.config.k8s.io/v1beta1) such as /var/lib/kubelet/config.yaml; "+
+		"the flags given override its values, as the kubelet's do")
+	fs.String("cri-endpoint", defaultCRIEndpoint, "the CRI runtime's socket (the config file's containerRuntimeEndpoint)")
 	fs.String("kubeconfig", "", "kubeconfig of the cluster to register with (required; also FLEETLET_KUBECONFIG)")
 	fs.String("node-name", "", "the Node's name (default: the host name, lower-cased)")
 	fs.String("node-ip", "", "the Node's InternalIP (default: the host's primary non-loopback address)")
 	fs.String("cpu", "", "cpu capacity, such as 4 (default: the host's cores)")
 	fs.String("memory", "", "memory capacity, such as 8Gi (default: MemTotal of /proc/meminfo)")
-	fs.Int32("max-pods", 110, "the kubelet's maxPods")
+	fs.Int32("max-pods", 110, "the kubelet's maxPods (the config file's maxPods)")
 	fs.String("root-dir", defaultRootDir, "the kubelet's --root-dir: pods' volumes live under <root-dir>/pods")
-	fs.String("pod-logs-dir", defaultPodLogsDir, "root of the pods' log directories")
-	fs.String("cgroup-root", "/", "the kubelet's --cgroup-root: pods run under <cgroup-root>/kubepods (cgroupfs layout)")
-	fs.Int("kubelet-port", defaultKubeletPort, "port of the kubelet API on the node IP (0: any free port, advertised in the Node's daemonEndpoints)")
-	fs.String("client-ca-file", "", "the kubelet's --client-ca-file: CA bundle of the client certificates the kubelet API accepts (default: the kubeconfig's CA)")
+	fs.String("pod-logs-dir", defaultPodLogsDir, "root of the pods' log directories (the config file's podLogsDir)")
+	fs.String("cgroup-root", "/", "the kubelet's --cgroup-root: pods run under <cgroup-root>/kubepods (cgroupfs layout; the config file's cgroupRoot)")
+	fs.Int("kubelet-port", defaultKubeletPort, "port of the kubelet API on the node IP (0: any free port, advertised in the Node's daemonEndpoints; the config file's port)")
+	fs.String("client-ca-file", "", "the kubelet's --client-ca-file: CA bundle of the client certificates the kubelet API accepts "+
+		"(the config file's authentication.x509.clientCAFile; default: the kubeconfig's CA)")
+}
+
+// agentSettings binds the agent's flags and FLEETLET_* environment, as
+// settings does, but reads no fleetlet config file: the agent's --config
+// is the kubelet's.
+func agentSettings(cmd *cobra.Command) *viper.Viper {
+	v := viper.New()
+	v.SetEnvPrefix("FLEETLET")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	// Binding a command's own flag set cannot fail.
+	_ = v.BindPFlags(cmd.Flags())
+	setVerbosity(v.GetInt("v"))
+	return v
 }
 
 // agentOptions are `fleetlet agent`'s settings, defaulted from the host.
@@ -110,19 +127,25 @@ type agentOptions struct {
 	// ClientCAFile is the CA bundle of accepted client certificates; empty
 	// means the kubeconfig's CA.
 	ClientCAFile string
+	// Kubelet is the node's kubelet configuration: the config file's, or
+	// the kubelet's defaults, with the flags given applied, validated.
+	Kubelet *kubeletconfig.KubeletConfiguration
 }
 
-// agentOptionsFrom reads and checks the flags, filling what is not given
-// from the host.
+// agentOptionsFrom reads and checks the kubelet config file and the flags,
+// filling what is not given from the host.
 func agentOptionsFrom(v *viper.Viper) (agentOptions, error) {
-	o := agentOptions{
-		Endpoint: v.GetString("cri-endpoint"), Kubeconfig: v.GetString("kubeconfig"), NodeName: v.GetString("node-name"),
-		MaxPods: v.GetInt32("max-pods"), RootDir: v.GetString("root-dir"), PodLogsDir: v.GetString("pod-logs-dir"),
-		CgroupRoot: v.GetString("cgroup-root"), KubeletPort: v.GetInt("kubelet-port"), ClientCAFile: v.GetString("client-ca-file"),
-	}
+	o := agentOptions{Kubeconfig: v.GetString("kubeconfig"), NodeName: v.GetString("node-name"), RootDir: v.GetString("root-dir")}
 	if o.Kubeconfig == "" {
 		return o, errors.New("--kubeconfig is required (or FLEETLET_KUBECONFIG): the agent registers this host with that cluster")
 	}
+	kc, err := agentKubelet(v)
+	if err != nil {
+		return o, err
+	}
+	o.Kubelet = kc
+	o.Endpoint, o.MaxPods, o.PodLogsDir = kc.ContainerRuntimeEndpoint, kc.MaxPods, kc.PodLogsDir
+	o.CgroupRoot, o.KubeletPort, o.ClientCAFile = cmp.Or(kc.CgroupRoot, "/"), int(kc.Port), kc.Authentication.X509.ClientCAFile
 	if o.NodeName == "" {
 		host, err := os.Hostname()
 		if err != nil {
@@ -142,12 +165,6 @@ func agentOptionsFrom(v *viper.Viper) (agentOptions, error) {
 		}
 		o.NodeIP = ip
 	}
-	if o.KubeletPort < 0 || o.KubeletPort > 65535 {
-		return o, fmt.Errorf("--kubelet-port %d: want a TCP port, or 0 for any free one", o.KubeletPort)
-	}
-	if !filepath.IsAbs(o.CgroupRoot) {
-		return o, fmt.Errorf("--cgroup-root %q: want an absolute cgroup path such as /", o.CgroupRoot)
-	}
 	capacity, err := hostCapacity(v.GetString("cpu"), v.GetString("memory"), o.RootDir)
 	if err != nil {
 		return o, err
@@ -155,6 +172,71 @@ func agentOptionsFrom(v *viper.Viper) (agentOptions, error) {
 	capacity[corev1.ResourcePods] = *resource.NewQuantity(int64(o.MaxPods), resource.DecimalSI)
 	o.Capacity = capacity
 	return o, nil
+}
+
+// agentKubelet is the node's kubelet configuration: the --config file's
+// (LoadKubeletConfigFile), or the kubelet's defaults without one, then the
+// flags given on the command line or in the environment, which win over
+// the file as the kubelet's flags do; then validated as the agent's is.
+func agentKubelet(v *viper.Viper) (*kubeletconfig.KubeletConfiguration, error) {
+	path := v.GetString("config")
+	kc := &kubeletconfig.KubeletConfiguration{}
+	nodeagent.SetKubeletDefaults(kc)
+	if path != "" {
+		var err error
+		if kc, err = nodeagent.LoadKubeletConfigFile(path); err != nil {
+			return nil, err
+		}
+	}
+	// flags names the flags given by the fields they set, for errors.
+	flags := map[string]string{}
+	set := func(flag, field string) bool {
+		if !v.IsSet(flag) {
+			return false
+		}
+		flags[field] = flag
+		return true
+	}
+	if set("cri-endpoint", "containerRuntimeEndpoint") {
+		kc.ContainerRuntimeEndpoint = v.GetString("cri-endpoint")
+	}
+	if set("max-pods", "maxPods") {
+		kc.MaxPods = v.GetInt32("max-pods")
+	}
+	if set("pod-logs-dir", "podLogsDir") {
+		kc.PodLogsDir = v.GetString("pod-logs-dir")
+	}
+	if set("cgroup-root", "cgroupRoot") {
+		kc.CgroupRoot = v.GetString("cgroup-root")
+	}
+	if set("client-ca-file", "authentication.x509.clientCAFile") {
+		kc.Authentication.X509.ClientCAFile = v.GetString("client-ca-file")
+	}
+	if set("kubelet-port", "port") {
+		port := v.GetInt("kubelet-port")
+		if port < 0 || port > 65535 {
+			return nil, fmt.Errorf("--kubelet-port %d: want a TCP port, or 0 for any free one", port)
+		}
+		kc.Port = int32(port)
+	}
+	if p := kc.CgroupRoot; v.IsSet("cgroup-root") && !filepath.IsAbs(p) {
+		return nil, fmt.Errorf("--cgroup-root %q: want an absolute cgroup path such as /", p)
+	}
+	if errs := nodeagent.ValidateKubeletConfiguration(kc); len(errs) > 0 {
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+			if flag, ok := flags[e.Field]; ok {
+				msgs[i] = "--" + flag + " " + msgs[i]
+			}
+		}
+		where := "the kubelet's settings"
+		if path != "" {
+			where = "kubelet config file " + path
+		}
+		return nil, fmt.Errorf("%s: %s", where, strings.Join(msgs, "; "))
+	}
+	return kc, nil
 }
 
 // primaryIP is the address the host's default route leaves from: a UDP
@@ -331,8 +413,7 @@ func dialCRI(ctx context.Context, endpoint string) (*criRuntime, error) {
 func runAgent(ctx context.Context, o agentOptions, cri *criRuntime, restCfg *rest.Config, rec reports.Recorder) error {
 	klog.FromContext(ctx).Info("Connected to the CRI runtime", "endpoint", o.Endpoint, "runtime", cri.Name, "version", cri.Version)
 
-	kc := nodeagent.DefaultKubeletConfiguration()
-	kc.MaxPods = o.MaxPods
+	kc := o.Kubelet
 	restCfg = rest.CopyConfig(restCfg)
 	restCfg.QPS = float32(ptr.Deref(kc.KubeAPIQPS, 50))
 	restCfg.Burst = int(kc.KubeAPIBurst)

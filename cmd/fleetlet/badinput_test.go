@@ -26,12 +26,20 @@ import (
 // them.
 const runAsFleetlet = "FLEETLET_TEST_RUN_MAIN"
 
+// afterTests are run once every test has: what tests share (the
+// integration tests' control plane) is released there.
+var afterTests []func()
+
 func TestMain(m *testing.M) {
 	if os.Getenv(runAsFleetlet) == "1" {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	for _, f := range afterTests {
+		f()
+	}
+	os.Exit(code)
 }
 
 // badInputDeadline is how long a bad input may take to be refused: it must
@@ -56,6 +64,15 @@ func podPhase(annotations string) string {
 }
 
 const kubeconfigHead = "apiVersion: v1\nkind: Config\n"
+
+// kubeletConfigHead starts a kubelet config file.
+const kubeletConfigHead = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+
+// agentArgs runs `fleetlet agent` with the kubelet config file config: the
+// file is read before the cluster or the runtime is reached.
+func agentArgs(config string) []string {
+	return []string{"agent", "--kubeconfig", "kc", "--config", config, "--node-ip", "192.0.2.10"}
+}
 
 // TestBadInputs feeds the CLI inputs a user gets wrong. Each must be refused
 // with exit code 1 and one line on stderr that names the problem and its fix,
@@ -149,6 +166,35 @@ func TestBadInputs(t *testing.T) {
 			want:  []string{`current-context "other" is not among its contexts (c)`}},
 		{name: "kubeconfig not YAML", args: []string{"bench", "fleet", "--kubeconfig", "kc"}, files: map[string]string{"kc": "{{{"},
 			want: []string{"kubeconfig kc does not parse"}},
+
+		// The agent's kubelet config file (--config), decoded strictly,
+		// then validated with the flags given applied.
+		{name: "agent config file missing", args: agentArgs("nosuch.yaml"), want: []string{"kubelet config file nosuch.yaml", "no such file", "/var/lib/kubelet/config.yaml"}},
+		{name: "agent config file empty", args: agentArgs("c.yaml"), files: map[string]string{"c.yaml": "\n"},
+			want: []string{"kubelet config file c.yaml", "empty", "kind: KubeletConfiguration"}},
+		{name: "agent config of another kind", args: agentArgs("c.yaml"),
+			files: map[string]string{"c.yaml": "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"},
+			want:  []string{"kubelet config file c.yaml", `kind "KubeProxyConfiguration"`, "want apiVersion: kubelet.config.k8s.io/v1beta1 and kind: KubeletConfiguration"}},
+		{name: "agent config unknown field", args: agentArgs("c.yaml"), files: map[string]string{"c.yaml": kubeletConfigHead + "maxPod: 10\n"},
+			want: []string{"kubelet config file c.yaml", `unknown field "maxPod"`, "remove or correct it"}},
+		{name: "agent config unknown nested fields", args: agentArgs("c.yaml"),
+			files: map[string]string{"c.yaml": kubeletConfigHead + "authentication: {x509: {clientCAFle: ca.crt}}\nfoo: 1\n"},
+			want:  []string{`unknown fields "authentication.x509.clientCAFle", "foo"`}},
+		{name: "agent config duplicate field", args: agentArgs("c.yaml"), files: map[string]string{"c.yaml": kubeletConfigHead + "maxPods: 10\nmaxPods: 20\n"},
+			want: []string{"kubelet config file c.yaml", "line 4", `duplicate field "maxPods"`, "give each field once"}},
+		{name: "agent config bad duration", args: agentArgs("c.yaml"), files: map[string]string{"c.yaml": kubeletConfigHead + "fileCheckFrequency: soon\n"},
+			want: []string{"kubelet config file c.yaml", `fileCheckFrequency: invalid duration "soon": want a duration such as 20s`}},
+		{name: "agent config wrong type", args: agentArgs("c.yaml"), files: map[string]string{"c.yaml": kubeletConfigHead + "maxPods: lots\n"},
+			want: []string{"kubelet config file c.yaml", "maxPods: a string, want an integer"}},
+		{name: "agent config invalid value", args: agentArgs("c.yaml"),
+			files: map[string]string{"c.yaml": kubeletConfigHead + "evictionHard: {memory.avialable: 100Mi}\nport: 70000\n"},
+			want:  []string{"kubelet config file c.yaml", "evictionHard[memory.avialable]", "port: Invalid value: 70000"}},
+		{name: "agent config static pod path without a period", args: agentArgs("c.yaml"),
+			files: map[string]string{"c.yaml": kubeletConfigHead + "staticPodPath: manifests\nfileCheckFrequency: -1s\n"},
+			want:  []string{"fileCheckFrequency", "must be greater than zero"}},
+		{name: "agent flag over the config file", args: append(agentArgs("c.yaml"), "--max-pods", "-1"),
+			files: map[string]string{"c.yaml": kubeletConfigHead + "maxPods: 10\n"},
+			want:  []string{"kubelet config file c.yaml", "--max-pods maxPods: Invalid value: -1"}},
 
 		// fleet and bench.
 		{name: "fleet negative nodes", args: []string{"fleet", "--nodes", "-1"}, want: []string{"--nodes -1"}},

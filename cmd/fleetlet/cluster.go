@@ -28,6 +28,9 @@ type cluster struct {
 	proxyConfig func(name string) (*rest.Config, error)
 	kubeconfig  string
 	cp          *controlplane.ControlPlane
+	// shared is set when cp was started by someone else, who stops it:
+	// Stop leaves it running.
+	shared bool
 	// metricsURLs are scraped before and after the load, with admin's
 	// credentials: the apiserver's and, on our control plane, the scheduler's.
 	metricsURLs []string
@@ -61,13 +64,19 @@ func openCluster(ctx context.Context, kubeconfig, binDir, dir string) (*cluster,
 	if err != nil {
 		return nil, err
 	}
+	return embeddedCluster(cp), nil
+}
+
+// embeddedCluster is a cluster on our control plane cp: its nodes get
+// certificates of their own from its CA.
+func embeddedCluster(cp *controlplane.ControlPlane) *cluster {
 	urls := cp.MetricsURLs()
 	return &cluster{
 		admin: cp.AdminRESTConfig(), nodeConfig: cp.NodeRESTConfig, kubeconfig: cp.AdminKubeconfig(), cp: cp,
 		proxyConfig: func(string) (*rest.Config, error) { return cp.ProxyRESTConfig(), nil },
 		metricsURLs: []string{urls[controlplane.ComponentAPIServer], urls[controlplane.ComponentScheduler]},
 		clientCAPEM: cp.CACertPEM(),
-	}, nil
+	}
 }
 
 func externalCluster(path string) (*cluster, error) {
@@ -102,7 +111,7 @@ func externalCluster(path string) (*cluster, error) {
 
 // Stop stops our control plane, if we started one.
 func (c *cluster) Stop() error {
-	if c.cp == nil {
+	if c.cp == nil || c.shared {
 		return nil
 	}
 	return c.cp.Stop()

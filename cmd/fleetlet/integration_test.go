@@ -10,15 +10,18 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/viper"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
@@ -32,7 +35,8 @@ func binDir(t *testing.T) string { return testutil.BinDir(t, "kube-apiserver", "
 
 // startTestSession loads a built-in profile, keeps only the phases keep
 // accepts (the tests delete pods themselves, to look at them first), and
-// starts its control plane and fleet; the session closes with the test.
+// starts its fleet on the shared control plane; the session closes with
+// the test, which then removes the fleet's nodes and pods.
 func startTestSession(ctx context.Context, t *testing.T, name string, keep func(loadprofiles.Phase) bool) *profileRun {
 	t.Helper()
 	profile, err := loadprofiles.Load(name)
@@ -51,11 +55,21 @@ func startTestSession(ctx context.Context, t *testing.T, name string, keep func(
 		t.Fatal(err)
 	}
 	opts.Schedulable = true
+	sharedFleet(t, &opts, name)
 	r, err := startRun(ctx, opts)
 	if r != nil {
 		t.Cleanup(func() {
+			var nodes []string
+			if r.fleet != nil {
+				nodes = r.fleet.NodeNames()
+			}
 			if err := r.Close(); err != nil {
 				t.Errorf("closing the session: %v", err)
+			}
+			if r.client != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+				defer cancel()
+				removeFleet(ctx, t, r.client, nodes)
 			}
 		})
 	}
@@ -101,6 +115,7 @@ func TestFleetAgainstRealControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nodeList.Items = ownNodes(s, nodeList.Items)
 	if len(nodeList.Items) != nodes {
 		t.Fatalf("%d nodes registered, want %d", len(nodeList.Items), nodes)
 	}
@@ -190,6 +205,8 @@ func TestFleetAgainstRealControlPlane(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		names := s.fleet.NodeNames()
+		leases.Items = slices.DeleteFunc(leases.Items, func(l coordinationv1.Lease) bool { return !slices.Contains(names, l.Name) })
 		if len(leases.Items) != nodes {
 			t.Fatalf("%d leases, want %d", len(leases.Items), nodes)
 		}
@@ -203,7 +220,7 @@ func TestFleetAgainstRealControlPlane(t *testing.T) {
 				return false, nil
 			}
 			for _, l := range leases.Items {
-				if !l.Spec.RenewTime.Time.After(firstRenew[l.Name]) {
+				if first, ok := firstRenew[l.Name]; ok && !l.Spec.RenewTime.Time.After(first) {
 					return false, nil
 				}
 			}
@@ -394,7 +411,9 @@ phases:
 }
 
 // TestRunFailsItsSLOsWithTheReportOnDisk gives a run an SLO no run can meet:
-// it must exit with an error naming the SLO, after writing its report.
+// it must exit with an error naming the SLO, after writing its report. It
+// runs on the shared control plane as on any existing cluster, through
+// --kubeconfig.
 func TestRunFailsItsSLOsWithTheReportOnDisk(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -410,9 +429,23 @@ phases:
 		t.Fatal(err)
 	}
 	v := testSettings(t, criInProc)
+	var opts sessionOptions
+	sharedFleet(t, &opts, "strict")
+	v.Set("kubeconfig", opts.ControlPlane.AdminKubeconfig())
+	v.Set("node-prefix", opts.NodePrefix)
+	v.Set("first-ip", opts.FirstIP.String())
 	v.Set("profile", profilePath)
 	v.Set("out", filepath.Join(dir, "out"))
 	err := run(ctx, v)
+	t.Cleanup(func() {
+		client, err := kubernetes.NewForConfig(opts.ControlPlane.AdminRESTConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		removeFleet(ctx, t, client, []string{opts.NodePrefix + "pool-0", opts.NodePrefix + "pool-1"})
+	})
 	if err == nil || !strings.Contains(err.Error(), "SLO") {
 		t.Fatalf("err = %v, want the run to fail its SLOs", err)
 	}

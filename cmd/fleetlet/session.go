@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 
+	"github.com/fleetlet/fleetlet/controlplane"
 	"github.com/fleetlet/fleetlet/fleet"
 	"github.com/fleetlet/fleetlet/loadprofiles"
 	"github.com/fleetlet/fleetlet/reports"
@@ -33,6 +34,10 @@ type sessionOptions struct {
 	// Kubeconfig, when set, names an existing cluster to use instead of
 	// starting the embedded control plane from the binaries in BinDir.
 	Kubeconfig, BinDir string
+	// ControlPlane, when set, is an embedded control plane already
+	// running, which the session uses as its own but leaves running: the
+	// integration tests share one.
+	ControlPlane *controlplane.ControlPlane
 
 	CRI         string
 	NodePrefix  string
@@ -147,8 +152,12 @@ var errNodesNotUp = errors.New("fleet did not come up")
 func (s *session) Start(ctx context.Context) error {
 	s.started = time.Now()
 	o := &s.opts
-	cl, err := openCluster(ctx, o.Kubeconfig, o.BinDir, o.Dir)
-	if err != nil {
+	var cl *cluster
+	var err error
+	if o.ControlPlane != nil {
+		cl = embeddedCluster(o.ControlPlane)
+		cl.shared = true
+	} else if cl, err = openCluster(ctx, o.Kubeconfig, o.BinDir, o.Dir); err != nil {
 		return err
 	}
 	s.cluster = cl
