@@ -165,6 +165,12 @@ func (s *session) Start(ctx context.Context) error {
 	if s.admin, err = kubernetes.NewForConfig(cl.admin); err != nil {
 		return err
 	}
+	if cl.cp == nil {
+		// On an existing cluster the agents are the kubeconfig's user.
+		if err := checkWatchAccess(ctx, s.admin, cl.kubeconfig); err != nil {
+			return err
+		}
+	}
 	pools, _, err := fleetPools(o.Profile)
 	if err != nil {
 		return err
