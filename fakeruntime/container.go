@@ -410,7 +410,7 @@ func (r *Runtime) ContainerStatus(ctx context.Context, containerID string, verbo
 		return nil, err
 	}
 	c.settle(r.now())
-	resp := &runtimeapi.ContainerStatusResponse{Status: c.toStatus()}
+	resp := &runtimeapi.ContainerStatusResponse{Status: c.toStatus(r.imageRefLocked(c))}
 	if verbose {
 		// containerd's verbose info: one JSON document under "info" with,
 		// among others, the sandbox and the config the container was
@@ -523,7 +523,33 @@ func (c *container) fillListItem(item *runtimeapi.Container, md *runtimeapi.Cont
 	item.ImageId = c.imageID
 }
 
-func (c *container) toStatus() *runtimeapi.ContainerStatus {
+// imageRefLocked is the image_ref of c's status, as containerd gives it:
+// the first repo digest of its image, or the image ID once the image is
+// gone or has no digest. ListContainers keeps the ID.
+func (r *Runtime) imageRefLocked(c *container) string {
+	if img := r.images[c.imageID]; img != nil && len(img.repoDigests) > 0 {
+		return img.repoDigests[0]
+	}
+	return c.imageID
+}
+
+// user is whom c's first process runs as, as containerd 2 reports it from
+// the OCI spec it made: the config's user and group, else those of an image
+// without a USER (root, group 0, as the fake's images are), and as
+// supplemental groups the primary group and the config's groups (the pod's
+// fsGroup and supplementalGroups), sorted and without duplicates, as
+// containerd merges them. The fake's images list their user in no other
+// group in /etc/group, so the Merge and Strict policies give the same.
+func (c *container) user() *runtimeapi.ContainerUser {
+	sc := c.config.GetLinux().GetSecurityContext()
+	u := &runtimeapi.LinuxContainerUser{Uid: sc.GetRunAsUser().GetValue(), Gid: sc.GetRunAsGroup().GetValue()}
+	groups := append([]int64{u.Gid}, sc.GetSupplementalGroups()...)
+	slices.Sort(groups)
+	u.SupplementalGroups = slices.Compact(groups)
+	return &runtimeapi.ContainerUser{Linux: u}
+}
+
+func (c *container) toStatus(imageRef string) *runtimeapi.ContainerStatus {
 	st := &runtimeapi.ContainerStatus{
 		Id:          c.id,
 		Metadata:    c.fillMetadata(&runtimeapi.ContainerMetadata{}),
@@ -533,7 +559,7 @@ func (c *container) toStatus() *runtimeapi.ContainerStatus {
 		FinishedAt:  c.finishedAt,
 		ExitCode:    c.exitCode,
 		Image:       c.fillImageSpec(&runtimeapi.ImageSpec{}),
-		ImageRef:    c.imageID,
+		ImageRef:    imageRef,
 		Reason:      c.reason,
 		Message:     c.message,
 		Labels:      maps.Clone(c.labels),
@@ -541,6 +567,7 @@ func (c *container) toStatus() *runtimeapi.ContainerStatus {
 		LogPath:     c.logPath,
 		ImageId:     c.imageID,
 		Mounts:      c.config.GetMounts(),
+		User:        c.user(),
 	}
 	if c.resources != nil {
 		st.Resources = proto.Clone(c.resources).(*runtimeapi.ContainerResources)

@@ -215,8 +215,17 @@ func TestContainerStatusFields(t *testing.T) {
 	if st.Image.GetImage() != "docker.io/library/busybox:1.36" || st.Image.GetUserSpecifiedImage() != busyboxImage {
 		t.Errorf("image spec = %v, want the repo tag and the user's spelling", st.Image)
 	}
-	if st.ImageRef != imageID || st.ImageId != imageID {
-		t.Errorf("image_ref/image_id = %s/%s, want %s", st.ImageRef, st.ImageId, imageID)
+	img, err := rt.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: imageID}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// containerd's: the repo digest as image_ref (the kubelet's imageID),
+	// the image's ID as image_id.
+	if digest := img.GetImage().GetRepoDigests()[0]; st.ImageRef != digest || st.ImageId != imageID {
+		t.Errorf("image_ref/image_id = %s/%s, want %s/%s", st.ImageRef, st.ImageId, digest, imageID)
+	}
+	if u := st.GetUser().GetLinux(); u == nil || u.Uid != 0 || u.Gid != 0 || !slices.Equal(u.SupplementalGroups, []int64{0}) {
+		t.Errorf("user = %v, want root with group 0, as an image without a USER runs", st.GetUser())
 	}
 	if want := "/var/log/pods/default_web-0_uid-web-0/app/0.log"; st.LogPath != want {
 		t.Errorf("log path = %q, want %q", st.LogPath, want)
@@ -367,5 +376,53 @@ func TestVerboseContainerStatus(t *testing.T) {
 	}
 	if info.SandboxID != sbID || len(config.GetEnvs()) != 1 || string(config.Envs[0].Value) != "web-0" || config.GetMetadata().GetName() != "app" {
 		t.Errorf("verbose info = %s, want the sandbox and the config with its environment", verbose.Info["info"])
+	}
+}
+
+// TestContainerStatusUser: the user a container's status reports, as
+// containerd 2 makes it from the config's security context for an image
+// without a USER.
+func TestContainerStatusUser(t *testing.T) {
+	cases := []struct {
+		name string
+		sc   *runtimeapi.LinuxContainerSecurityContext
+		want *runtimeapi.LinuxContainerUser
+	}{
+		{name: "no security context: root", want: &runtimeapi.LinuxContainerUser{SupplementalGroups: []int64{0}}},
+		{
+			name: "the pod's fsGroup and supplementalGroups join group 0, sorted",
+			sc:   &runtimeapi.LinuxContainerSecurityContext{SupplementalGroups: []int64{2000, 1000, 3000}},
+			want: &runtimeapi.LinuxContainerUser{SupplementalGroups: []int64{0, 1000, 2000, 3000}},
+		},
+		{
+			name: "runAsUser and runAsGroup, the primary group among the groups once",
+			sc: &runtimeapi.LinuxContainerSecurityContext{
+				RunAsUser: &runtimeapi.Int64Value{Value: 1000}, RunAsGroup: &runtimeapi.Int64Value{Value: 3000},
+				SupplementalGroups: []int64{4000, 3000},
+			},
+			want: &runtimeapi.LinuxContainerUser{Uid: 1000, Gid: 3000, SupplementalGroups: []int64{3000, 4000}},
+		},
+		{
+			name: "runAsUser alone: group 0, as for a uid the image's /etc/passwd lacks",
+			sc:   &runtimeapi.LinuxContainerSecurityContext{RunAsUser: &runtimeapi.Int64Value{Value: 1000}},
+			want: &runtimeapi.LinuxContainerUser{Uid: 1000, SupplementalGroups: []int64{0}},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rt, _ := newTestRuntime(t, Behaviour{})
+			imageID := pull(t, rt, busyboxImage)
+			pod := podConfig("web-0")
+			cfg := containerConfig(pod, "app", imageID)
+			cfg.Linux.SecurityContext = tc.sc
+			id, err := rt.CreateContainer(context.Background(), runPod(t, rt, pod), cfg, pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := containerStatus(t, rt, id).GetUser().GetLinux()
+			if got.GetUid() != tc.want.Uid || got.GetGid() != tc.want.Gid || !slices.Equal(got.GetSupplementalGroups(), tc.want.SupplementalGroups) {
+				t.Errorf("user = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -11,7 +11,12 @@
 // Nothing runs: containers are records whose state changes when the agent
 // calls the API, or when their behaviour says so. Where CRI leaves room, the
 // Runtime behaves like containerd, so that an agent written against the fake
-// also works against containerd.
+// also works against containerd. A container's status names its image by
+// its first repo tag and its image_ref by the image's first repo digest (the
+// kubelet's imageID), and reports the user containerd 2 reports: the
+// config's runAsUser and runAsGroup, else root and group 0 (the fake's
+// images have no USER and no /etc/group memberships), with the primary
+// group and the config's supplemental groups, sorted, as its groups.
 //
 // # Behaviour model
 //

@@ -220,7 +220,7 @@ func (r *Runtime) publishLocked(id string, sb *sandbox, typ runtimeapi.Container
 		for _, cid := range sb.containers {
 			if c := r.containers[cid]; c != nil {
 				c.settle(now)
-				ev.ContainersStatuses = append(ev.ContainersStatuses, c.toStatus())
+				ev.ContainersStatuses = append(ev.ContainersStatuses, c.toStatus(r.imageRefLocked(c)))
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,7 +139,7 @@ func TestServeThroughCRIClient(t *testing.T) {
 				t.Fatalf("ListContainers = %v, %v", containers, err)
 			}
 			cStatus, err := rs.ContainerStatus(ctx, cID, false)
-			if err != nil || cStatus.GetStatus().GetImageRef() != imageRef {
+			if err != nil || cStatus.GetStatus().GetImageId() != imageRef || !strings.Contains(cStatus.GetStatus().GetImageRef(), "busybox@sha256:") {
 				t.Fatalf("ContainerStatus = %v, %v", cStatus, err)
 			}
 			if _, _, err := rs.ExecSync(ctx, cID, []string{"true"}, time.Second); err != nil {

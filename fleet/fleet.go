@@ -31,6 +31,7 @@ import (
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/nodeagent/proxy"
 	"github.com/fleetlet/fleetlet/nodeagent/server"
+	"github.com/fleetlet/fleetlet/nodeagent/staticpods"
 	"github.com/fleetlet/fleetlet/nodeagent/watchers"
 	"github.com/fleetlet/fleetlet/reports"
 )
@@ -42,8 +43,14 @@ type NodePool struct {
 	Capacity corev1.ResourceList
 	Labels   map[string]string
 	Taints   []corev1.Taint
-	// Kubelet overrides the kubelet defaults for this pool's agents.
+	// Kubelet overrides the kubelet defaults for this pool's agents. Its
+	// staticPodPath, if set, is read once for the whole pool, every
+	// fileCheckFrequency and at each change, and its manifests run on
+	// every node of the pool.
 	Kubelet *kubeletconfig.KubeletConfiguration
+	// StaticPods are static pods of every node of the pool, given inline:
+	// each as a manifest file of staticPodPath, named staticPods[i].
+	StaticPods []corev1.Pod
 	// KubeProxy is the pool's kube-proxy; nil runs one on every node with
 	// kube-proxy's defaults, as on a real cluster, when the fleet has
 	// kube-proxy credentials (Config.ProxyClientConfig).
@@ -141,6 +148,8 @@ type Member struct {
 	CRI   internalapi.RuntimeService
 	agent *nodeagent.Agent
 	close func() error
+	// staticPods is its pool's static pod source, nil without one.
+	staticPods *staticpods.FileSource
 }
 
 // Fleet is a set of agents sharing one process.
@@ -160,6 +169,9 @@ type Fleet struct {
 	watches   *watchers.Kubelet
 	// proxyInformers feed the kube-proxies in the shared watch mode.
 	proxyInformers *sharedProxyInformers
+	// staticPods are the pools' static pod sources, one per pool that has
+	// static pods: its directory read once for all its nodes.
+	staticPods []*staticpods.FileSource
 }
 
 // New builds every agent of the fleet; nothing talks to the API server yet.
@@ -230,13 +242,22 @@ func New(cfg Config) (*Fleet, error) {
 	f.probes = prober.NewQueue(prober.QueueConfig{Clock: cfg.Clock})
 	ip := cfg.FirstIP
 	for _, pool := range cfg.Pools {
+		files, err := staticPodsOf(pool, cfg.Clock)
+		if err != nil {
+			stopUnstarted(f.probes)
+			f.close()
+			return nil, err
+		}
+		if files != nil {
+			f.staticPods = append(f.staticPods, files)
+		}
 		for i := range pool.Count {
 			if !ip.IsLoopback() {
 				f.close()
 				stopUnstarted(f.probes)
 				return nil, fmt.Errorf("fleet: ran out of loopback addresses at node %d of pool %s; start from a lower first IP", i, pool.Name)
 			}
-			m, err := f.newMember(pool, fmt.Sprintf("%s%s-%d", cfg.NamePrefix, pool.Name, i), net.IP(ip.AsSlice()))
+			m, err := f.newMember(pool, fmt.Sprintf("%s%s-%d", cfg.NamePrefix, pool.Name, i), net.IP(ip.AsSlice()), files)
 			if err != nil {
 				f.close()
 				stopUnstarted(f.probes)
@@ -249,7 +270,28 @@ func New(cfg Config) (*Fleet, error) {
 	return f, nil
 }
 
-func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error) {
+// staticPodsOf is the static pod source of a pool, nil if it has none.
+func staticPodsOf(pool NodePool, clk clock.WithTicker) (*staticpods.FileSource, error) {
+	var path string
+	var period time.Duration
+	if kc := pool.Kubelet; kc != nil {
+		path, period = kc.StaticPodPath, kc.FileCheckFrequency.Duration
+	}
+	if path == "" && len(pool.StaticPods) == 0 {
+		return nil, nil
+	}
+	inline := make([]*staticpods.Manifest, 0, len(pool.StaticPods))
+	for i := range pool.StaticPods {
+		m, err := staticpods.FromPod(staticpods.InlineSource(i), &pool.StaticPods[i])
+		if err != nil {
+			return nil, fmt.Errorf("fleet: pool %s: %w", pool.Name, err)
+		}
+		inline = append(inline, m)
+	}
+	return staticpods.NewFileSource(staticpods.FileSourceConfig{Path: path, Inline: inline, Period: period, Clock: clk}), nil
+}
+
+func (f *Fleet) newMember(pool NodePool, name string, ip net.IP, staticPods *staticpods.FileSource) (*Member, error) {
 	kc := nodeagent.DefaultKubeletConfiguration()
 	if pool.Kubelet != nil {
 		kc = pool.Kubelet.DeepCopy()
@@ -281,7 +323,7 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error
 		NodeName: name, NodeIP: ip, Capacity: pool.Capacity, Labels: withPoolLabel(pool), Taints: pool.Taints,
 		Kubelet: kc, Client: client, Runtime: rt.Runtime, Images: rt.Images, NetworkProber: rt.Prober, Logs: rt.Logs,
 		Recorder: f.cfg.Recorder, Clock: f.cfg.Clock, Serving: f.serving, ProbeQueue: f.probes,
-		KubeletWatches: f.watches, Interners: f.interners, KubeProxy: kubeProxy,
+		KubeletWatches: f.watches, Interners: f.interners, KubeProxy: kubeProxy, StaticPods: staticPods,
 	}
 	if f.informers != nil {
 		agentCfg.Informers = f.informers
@@ -293,7 +335,7 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP) (*Member, error
 		}
 		return nil, err
 	}
-	return &Member{Name: name, IP: ip, Pool: pool.Name, CRI: rt.Runtime, agent: agent, close: rt.Close}, nil
+	return &Member{Name: name, IP: ip, Pool: pool.Name, CRI: rt.Runtime, agent: agent, close: rt.Close, staticPods: staticPods}, nil
 }
 
 // ownConnection makes restCfg a node component's client: protobuf, watch
@@ -397,6 +439,10 @@ func (f *Fleet) Run(ctx context.Context) error {
 	}
 	if err := f.probes.Start(ctx); err != nil {
 		return err
+	}
+	for _, files := range f.staticPods {
+		wg.Add(1)
+		go func() { defer wg.Done(); files.Run(ctx) }()
 	}
 	for _, m := range f.members {
 		delay := time.Duration(0)

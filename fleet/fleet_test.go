@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,10 +15,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetlet/fleetlet/fakeruntime"
+	"github.com/fleetlet/fleetlet/nodeagent"
+	"github.com/fleetlet/fleetlet/nodeagent/staticpods"
 )
 
 func pools() []NodePool {
@@ -150,5 +156,63 @@ func TestRunStartsEveryAgentAndStops(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("Run did not return within a minute of its context ending")
+	}
+}
+
+// TestNewSharesAPoolsStaticPods: a pool with static pods has one source,
+// its directory and inline pods, which all its nodes share; a pool
+// without has none; a bad inline pod fails the fleet.
+func TestNewSharesAPoolsStaticPods(t *testing.T) {
+	dir := t.TempDir()
+	manifest := "apiVersion: v1\nkind: Pod\nmetadata: {name: etcd, namespace: kube-system}\nspec: {containers: [{name: etcd, image: registry.k8s.io/etcd:3.6.0-0}]}\n"
+	if err := os.WriteFile(filepath.Join(dir, "etcd.yaml"), []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Pools[1].Kubelet = nodeagent.DefaultKubeletConfiguration()
+	cfg.Pools[1].Kubelet.StaticPodPath = dir
+	cfg.Pools[1].StaticPods = []corev1.Pod{{
+		ObjectMeta: metav1.ObjectMeta{Name: "exporter", Namespace: "monitoring"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "e", Image: "registry.k8s.io/pause:3.10"}}},
+	}}
+	f, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.staticPods) != 1 || f.staticPods[0].Path() != dir {
+		t.Fatalf("static pod sources %v, want one, of %s", f.staticPods, dir)
+	}
+	for _, m := range f.Members() {
+		want := f.staticPods[0]
+		if m.Pool == "a" {
+			want = nil
+		}
+		if m.staticPods != want {
+			t.Errorf("node %s of pool %s: static pod source %p, want %p", m.Name, m.Pool, m.staticPods, want)
+		}
+	}
+	// Running, it holds the directory's manifests and the inline pod.
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.staticPods[0].Run(ctx) }()
+	defer func() { stop(); <-done }()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return f.staticPods[0].HasSynced(), nil }); err != nil {
+		t.Fatal("the pool's static pod directory was never read")
+	}
+	var names []string
+	cancel := f.staticPods[0].Subscribe(func(ms []*staticpods.Manifest) {
+		for _, m := range ms {
+			names = append(names, m.Key())
+		}
+	})
+	cancel()
+	if want := []string{"kube-system/etcd", "monitoring/exporter"}; !slices.Equal(names, want) {
+		t.Errorf("the pool's static pods %v, want %v", names, want)
+	}
+
+	cfg.Pools[1].StaticPods[0].Name = ""
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "pool b: staticPods[0]: invalid pod: name is needed") {
+		t.Errorf("a static pod without a name: err = %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package loadprofiles
 import (
 	"bytes"
 	"encoding/json"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,6 +95,12 @@ type NodePool struct {
 	// (nodeagent.ValidateKubeletConfiguration), so a bad one fails the
 	// profile rather than every agent.
 	Kubelet *KubeletOverrides `json:"kubelet,omitempty"`
+	// StaticPods are static pods of every node of the pool, given inline:
+	// each is as a manifest file in the pool's kubelet.staticPodPath (one
+	// of the same name and namespace there replaces it), run by each node
+	// from its definition and shown by a mirror pod. Entry i hashes into
+	// the pods' UIDs as a file named staticPods[i].
+	StaticPods []corev1.Pod `json:"staticPods,omitempty"`
 	// KubeProxy is the pool's kube-proxy: on by default, as on a real
 	// cluster, with kube-proxy's own defaults.
 	KubeProxy *KubeProxy `json:"kubeProxy,omitempty"`

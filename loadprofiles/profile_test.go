@@ -519,6 +519,27 @@ func TestKubeletOverrides(t *testing.T) {
 	}
 }
 
+func TestPoolStaticPods(t *testing.T) {
+	yaml := strings.Replace(validYAML, "    cpu: \"4\"\n", "    cpu: \"4\"\n    kubelet: {staticPodPath: /etc/kubernetes/manifests, fileCheckFrequency: 5s}\n"+
+		"    staticPods:\n      - metadata: {name: node-exporter, namespace: monitoring}\n"+
+		"        spec: {hostNetwork: true, containers: [{name: exporter, image: quay.io/prometheus/node-exporter:v1.9.0}]}\n", 1)
+	p, err := Parse([]byte(yaml), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := p.NodePools[0]
+	if len(pool.StaticPods) != 1 || pool.StaticPods[0].Name != "node-exporter" || pool.StaticPods[0].Spec.Containers[0].Image != "quay.io/prometheus/node-exporter:v1.9.0" {
+		t.Errorf("static pods %+v", pool.StaticPods)
+	}
+	kc := &kubeletconfig.KubeletConfiguration{}
+	if err := pool.Kubelet.ApplyTo(kc); err != nil {
+		t.Fatal(err)
+	}
+	if kc.StaticPodPath != "/etc/kubernetes/manifests" || kc.FileCheckFrequency.Duration != 5*time.Second {
+		t.Errorf("staticPodPath %q fileCheckFrequency %v", kc.StaticPodPath, kc.FileCheckFrequency)
+	}
+}
+
 // TestParseCaughtBeforeTheRun checks the problems that would otherwise show
 // only once the fleet runs, or not at all: each error names its field and,
 // where there is one, the fix.
@@ -577,6 +598,31 @@ func TestParseCaughtBeforeTheRun(t *testing.T) {
 		name:  "kubelet duration that does not parse",
 		edits: [][2]string{kubelet("{evictionPressureTransitionPeriod: soon}")},
 		want:  `nodePools[0].kubelet.evictionPressureTransitionPeriod: Invalid value: "soon": time: invalid duration "soon"`,
+	}, {
+		name:  "relative static pod path",
+		edits: [][2]string{kubelet("{staticPodPath: manifests}")},
+		want:  `nodePools[0].kubelet.staticPodPath: Invalid value: "manifests": must be an absolute path, such as /etc/kubernetes/manifests`,
+	}, {
+		name:  "static pod path without a period",
+		edits: [][2]string{kubelet("{staticPodPath: /etc/kubernetes/manifests, fileCheckFrequency: 0s}")},
+		want:  `nodePools[0].kubelet.fileCheckFrequency: Invalid value: "0s": must be greater than zero; leave it out for the kubelet's default 20s`,
+	}, {
+		name:  "static pod without a name",
+		edits: [][2]string{{pool, pool + "    staticPods: [{spec: {containers: [{name: a, image: i}]}}]\n"}},
+		want:  `nodePools[0].staticPods[0]: Invalid value: "": invalid pod: name is needed for the pod`,
+	}, {
+		name:  "static pod referencing a secret",
+		edits: [][2]string{{pool, pool + "    staticPods: [{metadata: {name: s}, spec: {volumes: [{name: v, secret: {secretName: x}}], containers: [{name: a, image: i}]}}]\n"}},
+		want:  `nodePools[0].staticPods[0]: Invalid value: "s": static pods may not reference secrets`,
+	}, {
+		name:  "static pod misspelt field",
+		edits: [][2]string{{pool, pool + "    staticPods: [{metadata: {name: s}, spec: {containers: [{name: a, imagee: i}]}}]\n"}},
+		want:  `unknown field "nodePools[0].staticPods[0].spec.containers[0].imagee"`,
+	}, {
+		name: "two static pods of one name",
+		edits: [][2]string{{pool, pool + "    staticPods:\n      - {metadata: {name: s}, spec: {containers: [{name: a, image: i}]}}\n" +
+			"      - {metadata: {name: s, namespace: default}, spec: {containers: [{name: a, image: j}]}}\n"}},
+		want: `nodePools[0].staticPods[1].metadata.name: Duplicate value: "default/s"`,
 	}, {
 		name:  "a pool too big for one process",
 		edits: [][2]string{{"count: 3", "count: 10000000"}},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetlet/fleetlet/fakeruntime"
 	"github.com/fleetlet/fleetlet/nodeagent"
+	"github.com/fleetlet/fleetlet/nodeagent/staticpods"
 )
 
 // The watch modes a profile may ask for; the fleet package defines what
@@ -114,6 +115,7 @@ func validatePools(pools []NodePool, path *field.Path) field.ErrorList {
 		if pool.Kubelet != nil {
 			errs = append(errs, validateKubelet(pool, pp)...)
 		}
+		errs = append(errs, validateStaticPods(pool.StaticPods, pp.Child("staticPods"))...)
 		if kp := pool.KubeProxy; kp != nil && kp.MinSyncPeriod.Duration < 0 {
 			errs = append(errs, field.Invalid(pp.Child("kubeProxy", "minSyncPeriod"), kp.MinSyncPeriod.Duration.String(),
 				"must not be negative; leave it out for kube-proxy's default, 1s"))
@@ -159,6 +161,28 @@ func validateKubelet(pool *NodePool, path *field.Path) field.ErrorList {
 		rebased := *e
 		rebased.Field = kp.String() + "." + e.Field
 		errs = append(errs, &rebased)
+	}
+	return errs
+}
+
+// validateStaticPods checks a pool's inline static pods as its nodes'
+// kubelets will read them (staticpods.FromPod): a pod that one would skip
+// fails the profile instead. Two of the same name and namespace would
+// leave one of them out on every node.
+func validateStaticPods(pods []corev1.Pod, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := sets.New[string]()
+	for i := range pods {
+		p := path.Index(i)
+		m, err := staticpods.FromPod(staticpods.InlineSource(i), &pods[i])
+		if err != nil {
+			errs = append(errs, field.Invalid(p, pods[i].Name, strings.TrimPrefix(err.Error(), staticpods.InlineSource(i)+": ")))
+			continue
+		}
+		if seen.Has(m.Key()) {
+			errs = append(errs, field.Duplicate(p.Child("metadata", "name"), m.Key()))
+		}
+		seen.Insert(m.Key())
 	}
 	return errs
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/fleetlet/fleetlet/nodeagent/eviction"
 	"github.com/fleetlet/fleetlet/nodeagent/images"
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
+	"github.com/fleetlet/fleetlet/nodeagent/metrics"
 	"github.com/fleetlet/fleetlet/nodeagent/nodestatus"
 	"github.com/fleetlet/fleetlet/nodeagent/objectcache"
 	"github.com/fleetlet/fleetlet/nodeagent/pleg"
@@ -39,6 +40,7 @@ import (
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/nodeagent/proxy"
 	"github.com/fleetlet/fleetlet/nodeagent/server"
+	"github.com/fleetlet/fleetlet/nodeagent/staticpods"
 	"github.com/fleetlet/fleetlet/nodeagent/stats"
 	podstatus "github.com/fleetlet/fleetlet/nodeagent/status"
 	"github.com/fleetlet/fleetlet/nodeagent/volumemanager"
@@ -80,7 +82,7 @@ type Agent struct {
 	// the kubelet's runtime manager, which runs pods through it.
 	cri           internalapi.RuntimeService
 	podRuntime    *kuberuntime.Manager
-	statusManager *podstatus.Manager
+	statusManager *podStatuses
 	pleg          *pleg.Generic
 	eventedPLEG   *pleg.Evented // nil without the EventedPLEG gate
 	probes        *prober.Manager
@@ -108,6 +110,16 @@ type Agent struct {
 	// it what it finds out (the runtime's version, the kubelet port).
 	nodeStatus *nodestatus.Manager
 	workers    *podworkers.PodWorkers
+	// metrics are the kubelet's metrics of the node (/metrics).
+	metrics *metrics.Kubelet
+	// static holds the node's static and mirror pods; staticSource (nil
+	// without static pods) delivers the static pods, from staticFiles when
+	// the agent reads its static pod path itself; mirrorClient makes and
+	// removes their mirror pods.
+	static       *staticPods
+	staticSource *staticpods.NodeSource
+	staticFiles  *staticpods.FileSource
+	mirrorClient *staticpods.MirrorClient
 	// parts are the runnables Run starts, in order.
 	parts []part
 
@@ -137,6 +149,13 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{
 		cfg: cfg, cri: cfg.Runtime,
 		pods: map[types.UID]*corev1.Pod{}, admitted: map[types.UID]bool{}, rejected: map[types.UID]bool{},
+		static:  newStaticPods(cfg.hasStaticPodSource()),
+		metrics: metrics.NewKubelet(cfg.NodeName, cfg.Clock.Now()),
+	}
+	if cfg.hasStaticPodSource() {
+		// Static pods and their mirror pods are the node's, not the load's.
+		cfg.Recorder = staticRecorder{Recorder: cfg.Recorder, static: a.static}
+		a.cfg.Recorder = cfg.Recorder
 	}
 	a.events = newEventRecorder(cfg.Client, cfg.NodeName)
 	if a.watches = cfg.KubeletWatches; a.watches == nil {
@@ -158,8 +177,16 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("node %s: %w", cfg.NodeName, err)
 	}
 	a.objects = objectcache.New(objectsCfg)
+	capacity := cfg.Capacity.DeepCopy()
+	if _, ok := capacity[corev1.ResourcePods]; !ok {
+		capacity[corev1.ResourcePods] = *resourceQuantity(int64(kc.MaxPods))
+	}
+	reserved, allocatable, err := a.nodeAllocatable(capacity)
+	if err != nil {
+		return nil, err
+	}
 	a.volumes = volumemanager.New(volumemanager.Config{
-		Clock: cfg.Clock, Client: cfg.Client, Objects: a.objects, Events: a.events, PodsDir: cfg.PodsDir, Allocatable: cfg.Capacity,
+		Clock: cfg.Clock, Client: cfg.Client, Objects: a.objects, Events: a.events, PodsDir: cfg.PodsDir, Allocatable: allocatable,
 		CheckInterval: volumemanager.CheckInterval,
 	})
 	runtimeConfig := kuberuntime.Config{
@@ -167,6 +194,7 @@ func New(cfg Config) (*Agent, error) {
 		SerializeImagePulls: ptr.Deref(kc.SerializeImagePulls, true), MaxParallelImagePulls: ptr.Deref(kc.MaxParallelImagePulls, 0),
 		MemoryCapacity: cfg.Capacity.Memory().Value(), Host: cfg.Host,
 		ContainerOptions: a.containerOptions, RuntimeHandler: a.watches.RuntimeHandler,
+		Metrics: a.metrics,
 	}
 	if cfg.NetworkProber == nil {
 		// A real node: httpGet hooks reach the pod, as probes do.
@@ -174,10 +202,10 @@ func New(cfg Config) (*Agent, error) {
 	}
 	runtimeConfig.SandboxReady = a.onSandboxReady
 	a.podRuntime = kuberuntime.NewManager(runtimeConfig)
-	a.statusManager = podstatus.NewManager(podstatus.Config{
+	a.statusManager = &podStatuses{static: a.static, clock: cfg.Clock, Manager: podstatus.NewManager(podstatus.Config{
 		Client: cfg.Client, Clock: cfg.Clock, Recorder: cfg.Recorder,
 		CouldHaveRunningContainers: a.couldHaveRunningContainers,
-	})
+	})}
 	network := cfg.NetworkProber
 	if network == nil {
 		network = prober.NewHTTPRunner(nil)
@@ -187,15 +215,13 @@ func New(cfg Config) (*Agent, error) {
 		Runner: prober.Join(prober.ExecViaCRI(a.cri), network),
 	})
 	a.pleg = pleg.NewGeneric(a.cri, cfg.Clock, pleg.RelistPeriod)
+	a.pleg.SetMetrics(a.metrics)
 	if kc.FeatureGates[pleg.FeatureEventedPLEG] {
 		a.eventedPLEG = pleg.NewEvented(a.cri, a.pleg)
 	}
 	a.nodeSource, a.podSource, a.nodeStore = a.newSources()
+	a.newStaticPodSource()
 
-	capacity := cfg.Capacity.DeepCopy()
-	if _, ok := capacity[corev1.ResourcePods]; !ok {
-		capacity[corev1.ResourcePods] = *resourceQuantity(int64(kc.MaxPods))
-	}
 	if err := a.newResourceManagers(capacity); err != nil {
 		return nil, err
 	}
@@ -208,17 +234,20 @@ func New(cfg Config) (*Agent, error) {
 	a.nodeStatus = nodestatus.NewManager(nodestatus.Config{
 		Identity: nodestatus.Identity{
 			Name: cfg.NodeName, IP: cfg.NodeIP, Labels: cfg.Labels, Taints: cfg.Taints, Capacity: capacity,
-			KubeletVersion: KubeletVersion,
+			Reserved: reserved, KubeletVersion: KubeletVersion,
 		},
 		Client:          cfg.Client,
 		Clock:           cfg.Clock,
 		GetNode:         a.getNode,
-		RuntimeState:    a.runtimeState,
+		RuntimeState:    a.nodeRuntimeState,
+		ListImages:      a.listImages,
+		MaxImages:       ptr.Deref(kc.NodeStatusMaxImages, nodestatus.DefaultMaxImages),
 		UpdateFrequency: kc.NodeStatusUpdateFrequency.Duration,
 		ReportFrequency: kc.NodeStatusReportFrequency.Duration,
 		Seed:            nodeSeed(cfg.NodeName),
 	})
-	a.workers = podworkers.New(a, cfg.Clock, a.pleg)
+	a.workers = podworkers.New(staticSyncer{a}, cfg.Clock, a.pleg)
+	a.workers.SetMetrics(a.metrics)
 	if kp := cfg.KubeProxy; kp != nil {
 		var err error
 		a.kubeProxy, err = proxy.New(proxy.Config{
@@ -239,7 +268,10 @@ func New(cfg Config) (*Agent, error) {
 // in reverse. A part without a runnable (the kubelet API on a node that does
 // not serve it, the evented PLEG without its gate) is skipped.
 func (a *Agent) runnables() []part {
-	var kubeletListener, kubeletServer, eventedPLEG, ownWatches, kubeProxy runnable
+	var kubeletListener, kubeletServer, eventedPLEG, ownWatches, kubeProxy, staticFiles runnable
+	if a.staticFiles != nil {
+		staticFiles = newLoop(a.staticFiles.Run)
+	}
 	if a.ownWatches != nil {
 		ownWatches = a.ownWatches
 	}
@@ -271,7 +303,11 @@ func (a *Agent) runnables() []part {
 		{"evented PLEG", eventedPLEG},
 		{"prober", a.probes},
 		{"pod workers", a.workers},
-		// The pod source hands pods to the pod workers.
+		// The static pod source reads its files and hands the static pods
+		// to the pod workers; the pod source the API's pods, mirror pods
+		// aside.
+		{"static pod files", staticFiles},
+		{"static pod source", staticPodPart{a}},
 		{"pod source", a.podSource},
 		// These read the pod workers and whether the pods have been listed.
 		{"eviction manager", newLoop(a.eviction.Run)},
@@ -380,12 +416,18 @@ func (a *Agent) podHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			pod := obj.(*corev1.Pod)
+			if staticpods.IsMirrorPod(pod) {
+				// The API's face of a static pod: never run.
+				a.onMirrorPod(nil, pod)
+				return
+			}
 			now := a.cfg.Clock.Now()
 			// A pod in this watch is bound to the node: if the agent sees the
 			// binding before the driver's watch does, it is the first to
 			// observe the scheduling (the Recorder keeps the first stamp).
 			a.cfg.Recorder.Mark(pod.UID, reports.Scheduled, now)
 			a.cfg.Recorder.Mark(pod.UID, reports.AgentObserved, now)
+			a.metrics.PodAdded(pod, now)
 			// As the kubelet's pod manager: a pod's ConfigMaps and Secrets
 			// are registered (with the Watch strategy, watched) from the
 			// moment the node knows the pod.
@@ -394,14 +436,19 @@ func (a *Agent) podHandler() cache.ResourceEventHandler {
 			if pod.DeletionTimestamp == nil && !a.admit(pod) {
 				return
 			}
-			a.workers.UpdatePod(pod)
+			a.workers.UpdatePodOfType(pod, podworkers.SyncPodCreate)
 		},
 		UpdateFunc: func(oldObj, obj any) {
 			pod := obj.(*corev1.Pod)
+			if staticpods.IsMirrorPod(pod) {
+				a.onMirrorPod(oldObj.(*corev1.Pod), pod)
+				return
+			}
 			// The kubelet's pod manager registers every update, its own
 			// status echoes (reconciles) too.
 			a.objects.RegisterPod(pod)
 			a.setPod(pod)
+			a.metrics.PodUpdated(pod, a.cfg.Clock.Now())
 			if a.isRejected(pod.UID) {
 				// A rejected pod never ran: once it is deleted, the status
 				// manager deletes it for good.
@@ -415,7 +462,7 @@ func (a *Agent) podHandler() cache.ResourceEventHandler {
 			if !podsDifferSemantically(oldObj.(*corev1.Pod), pod) {
 				return
 			}
-			a.workers.UpdatePod(pod)
+			a.workers.UpdatePodOfType(pod, podworkers.SyncPodUpdate)
 			// A pod that completed on its own and is deleted later has no
 			// worker left to act: the status manager finishes the deletion.
 			if pod.DeletionTimestamp != nil && a.workers.IsTerminated(pod.UID) {
@@ -433,7 +480,12 @@ func (a *Agent) podHandler() cache.ResourceEventHandler {
 					return
 				}
 			}
+			if staticpods.IsMirrorPod(pod) {
+				a.onMirrorDelete(pod)
+				return
+			}
 			a.objects.UnregisterPod(pod)
+			a.metrics.PodDeleted(pod.UID)
 			a.mu.Lock()
 			delete(a.pods, pod.UID)
 			delete(a.admitted, pod.UID)
@@ -541,34 +593,4 @@ func (a *Agent) setNodeOwner(l *coordinationv1.Lease) error {
 		UID:        node.UID,
 	}}
 	return nil
-}
-
-// runtimeState folds the runtime's status and the PLEG's health into the
-// node's readiness, with the kubelet's messages.
-func (a *Agent) runtimeState(ctx context.Context) nodestatus.RuntimeState {
-	resp, err := a.cri.Status(ctx, false)
-	if err != nil {
-		return nodestatus.RuntimeState{Message: fmt.Sprintf("container runtime is down: %v", err)}
-	}
-	for _, c := range resp.GetStatus().GetConditions() {
-		if !c.Status {
-			switch c.Type {
-			case runtimeapi.RuntimeReady:
-				return nodestatus.RuntimeState{Message: fmt.Sprintf("container runtime status check failed: %s: %s", c.Reason, c.Message)}
-			case runtimeapi.NetworkReady:
-				return nodestatus.RuntimeState{Message: fmt.Sprintf("container runtime network not ready: NetworkReady=false reason:%s message:%s", c.Reason, c.Message)}
-			}
-		}
-	}
-	pressure := nodestatus.RuntimeState{
-		MemoryPressure: a.eviction.IsUnderMemoryPressure(),
-		DiskPressure:   a.eviction.IsUnderDiskPressure(),
-		PIDPressure:    a.eviction.IsUnderPIDPressure(),
-	}
-	if ok, err := a.pleg.Healthy(); !ok {
-		pressure.Message = fmt.Sprintf("PLEG is not healthy: %v", err)
-		return pressure
-	}
-	pressure.Ready = true
-	return pressure
 }

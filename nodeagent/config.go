@@ -17,6 +17,7 @@ import (
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/nodeagent/proxy"
+	"github.com/fleetlet/fleetlet/nodeagent/staticpods"
 	"github.com/fleetlet/fleetlet/nodeagent/watchers"
 	"github.com/fleetlet/fleetlet/reports"
 )
@@ -81,6 +82,10 @@ type Config struct {
 	// the other agents on it (a fleet's one queue, on the same Clock); nil
 	// gives the agent a queue of its own.
 	ProbeQueue *prober.Queue
+	// StaticPods, if set, is the source of the node's static pods: its
+	// pool's, which the fleet runs and every node of the pool shares. Nil:
+	// the agent reads Kubelet.StaticPodPath itself, if it is set.
+	StaticPods *staticpods.FileSource
 }
 
 // KubeProxyConfig is a node's kube-proxy.
@@ -116,6 +121,7 @@ type SharedInformers interface {
 func DefaultKubeletConfiguration() *kubeletconfig.KubeletConfiguration {
 	return &kubeletconfig.KubeletConfiguration{
 		SyncFrequency:             metav1.Duration{Duration: time.Minute},
+		FileCheckFrequency:        metav1.Duration{Duration: staticpods.DefaultFileCheckFrequency},
 		NodeStatusUpdateFrequency: metav1.Duration{Duration: 10 * time.Second},
 		NodeStatusReportFrequency: metav1.Duration{Duration: 5 * time.Minute},
 		NodeLeaseDurationSeconds:  40,

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -24,7 +25,9 @@ import (
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
+	"github.com/fleetlet/fleetlet/nodeagent/metrics"
 	"github.com/fleetlet/fleetlet/nodeagent/server"
+	"github.com/fleetlet/fleetlet/nodeagent/stats"
 )
 
 // ServingConfig is how an agent serves the kubelet API. The certificate and
@@ -46,8 +49,60 @@ type LogReader func(ctx context.Context, containerID string, opts server.LogOpti
 func (a *Agent) newKubeletServer() (*server.Server, error) {
 	return server.New(server.Config{
 		NodeName: a.cfg.NodeName, Pods: a.podList, Summary: a.stats.Summary, Logs: a.containerLogs, Exec: a.exec, StreamURL: a.streamURL,
+		Metrics: a.kubeletMetrics, ProbeMetrics: a.probeMetrics, CadvisorMetrics: a.cadvisorMetrics,
 		Authenticator: a.cfg.Serving.Authenticator, Authorizer: a.cfg.Serving.Authorizer, Clock: a.cfg.Clock,
 	})
+}
+
+// kubeletMetrics is /metrics: what the agent recorded, and the pods with
+// a ready sandbox, read from the runtime now (the kubelet's PLEG counts
+// them at each relist, from its list of sandboxes, which the agent's PLEG
+// does not make).
+func (a *Agent) kubeletMetrics(ctx context.Context) metrics.Families {
+	var rt metrics.Runtime
+	sandboxes, err := a.cri.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{
+		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
+	})
+	switch {
+	case err != nil:
+		klog.FromContext(ctx).V(2).Info("Listing the runtime's sandboxes for /metrics failed", "node", a.cfg.NodeName, "err", err)
+		rt.Failed = true
+	case len(sandboxes) > 1:
+		// A pod has one ready sandbox, but for a moment while it is replaced.
+		uids := make(map[string]struct{}, len(sandboxes))
+		for _, sb := range sandboxes {
+			uids[sb.GetMetadata().GetUid()] = struct{}{}
+		}
+		rt.RunningPods = len(uids)
+	default:
+		rt.RunningPods = len(sandboxes)
+	}
+	return a.metrics.Gather(rt)
+}
+
+// probeMetrics is /metrics/probes: the prober's series and the kubelet's
+// start time.
+func (a *Agent) probeMetrics(context.Context) metrics.Families {
+	return metrics.Gather(append(a.probes.Gather(), a.metrics.ProcessStartTime())...)
+}
+
+// cadvisorMetrics is /metrics/cadvisor, from the stats provider's reading
+// of the runtime; the machine is the one the Node reports.
+func (a *Agent) cadvisorMetrics(ctx context.Context) metrics.Families {
+	var machine *stats.Machine
+	if node, err := a.getNode(); err == nil {
+		info := node.Status.NodeInfo
+		machine = &stats.Machine{MachineID: info.MachineID, SystemUUID: info.SystemUUID, BootID: info.BootID}
+	}
+	return a.stats.Cadvisor(ctx, machine, a.podQOS)
+}
+
+// podQOS is the QoS class the API server gave a pod the agent runs.
+func (a *Agent) podQOS(uid types.UID) corev1.PodQOSClass {
+	if p := a.pod(uid); p != nil {
+		return p.Status.QOSClass
+	}
+	return ""
 }
 
 // listenKubeletAPI opens the kubelet port on the node's IP, before the node

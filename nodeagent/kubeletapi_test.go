@@ -25,7 +25,7 @@ import (
 
 // withKubeletAPI serves the harness agent's kubelet API on a free port,
 // letting every request with a bearer token in.
-func withKubeletAPI(t *testing.T) func(*Config) {
+func withKubeletAPI(t testing.TB) func(*Config) {
 	cert, err := server.SelfSignedCert(nil, []string{"test-kubelet"}, time.Now())
 	if err != nil {
 		t.Fatal(err)

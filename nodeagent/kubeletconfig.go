@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -70,6 +71,9 @@ func ValidateKubeletConfiguration(kc *kubeletconfig.KubeletConfiguration) field.
 		errs = append(errs, field.Invalid(field.NewPath("nodeLeaseDurationSeconds"), kc.NodeLeaseDurationSeconds,
 			"must be greater than zero; leave it out for the kubelet's default 40"))
 	}
+
+	errs = append(errs, validateStaticPods(kc)...)
+	errs = append(errs, validateNodeFields(kc)...)
 
 	if kc.MaxPods < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("maxPods"), kc.MaxPods, "must not be negative"))
@@ -274,6 +278,44 @@ func validateReserved(reserved map[string]string, path *field.Path) field.ErrorL
 		case q.Sign() < 0:
 			errs = append(errs, field.Invalid(p, reserved[k], "must not be negative"))
 		}
+	}
+	return errs
+}
+
+// validateStaticPods checks the static pod settings: the kubelet resolves
+// a relative staticPodPath against its config file's directory, which a
+// node pool has not, so the path must be absolute; and a path to read
+// needs a period to read it at.
+func validateStaticPods(kc *kubeletconfig.KubeletConfiguration) field.ErrorList {
+	var errs field.ErrorList
+	if p := kc.StaticPodPath; p != "" && !filepath.IsAbs(p) {
+		errs = append(errs, field.Invalid(field.NewPath("staticPodPath"), p, "must be an absolute path, such as /etc/kubernetes/manifests"))
+	}
+	if d := kc.FileCheckFrequency.Duration; d < 0 || (d == 0 && kc.StaticPodPath != "") {
+		errs = append(errs, positivePeriod(d, "fileCheckFrequency", "20s")...)
+	}
+	return errs
+}
+
+// validateNodeFields checks what `fleetlet agent` reads of a node's own
+// configuration, as the kubelet does: its port, and the paths of its pod
+// logs and cgroups. Each is checked only when set: a node pool's agents
+// take neither from their configuration.
+func validateNodeFields(kc *kubeletconfig.KubeletConfiguration) field.ErrorList {
+	var errs field.ErrorList
+	if kc.Port != 0 && (kc.Port < 1 || kc.Port > 65535) {
+		errs = append(errs, field.Invalid(field.NewPath("port"), kc.Port, "must be between 1 and 65535, inclusive"))
+	}
+	if p := kc.PodLogsDir; p != "" {
+		switch {
+		case !filepath.IsAbs(p):
+			errs = append(errs, field.Invalid(field.NewPath("podLogsDir"), p, "must be an absolute path"))
+		case filepath.Clean(p) != p:
+			errs = append(errs, field.Invalid(field.NewPath("podLogsDir"), p, "must be normalized: "+filepath.Clean(p)))
+		}
+	}
+	if p := kc.CgroupRoot; p != "" && !filepath.IsAbs(p) {
+		errs = append(errs, field.Invalid(field.NewPath("cgroupRoot"), p, "must be an absolute cgroup path, such as /"))
 	}
 	return errs
 }

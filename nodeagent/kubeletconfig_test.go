@@ -31,6 +31,7 @@ func TestValidateKubeletConfigurationDefaults(t *testing.T) {
 	kc.SystemReserved = map[string]string{"cpu": "500m", "memory": "1Gi", "pid": "1000"}
 	kc.KubeReserved = map[string]string{"ephemeral-storage": "0"}
 	kc.ConfigMapAndSecretChangeDetectionStrategy = kubeletconfig.TTLCacheChangeDetectionStrategy
+	kc.StaticPodPath, kc.Port, kc.PodLogsDir, kc.CgroupRoot = "/etc/kubernetes/manifests", 10250, "/var/log/pods", "/"
 	if errs := ValidateKubeletConfiguration(kc); len(errs) > 0 {
 		t.Fatalf("a valid configuration: %v", errs.ToAggregate())
 	}
@@ -194,6 +195,35 @@ func TestValidateKubeletConfiguration(t *testing.T) {
 			kc.SerializeImagePulls, kc.MaxParallelImagePulls = ptr.To(false), ptr.To[int32](0)
 		},
 		want: []string{`maxParallelImagePulls: Invalid value: 0: must be at least 1; leave it out for no limit`},
+	}, {
+		name: "static pods",
+		modify: func(kc *kubeletconfig.KubeletConfiguration) {
+			kc.StaticPodPath, kc.FileCheckFrequency = "manifests", metav1.Duration{}
+		},
+		want: []string{
+			`staticPodPath: Invalid value: "manifests": must be an absolute path, such as /etc/kubernetes/manifests`,
+			`fileCheckFrequency: Invalid value: "0s": must be greater than zero; leave it out for the kubelet's default 20s`,
+		},
+	}, {
+		name: "negative file check frequency without a static pod path",
+		modify: func(kc *kubeletconfig.KubeletConfiguration) {
+			kc.FileCheckFrequency = metav1.Duration{Duration: -time.Second}
+		},
+		want: []string{`fileCheckFrequency: Invalid value: "-1s": must be greater than zero; leave it out for the kubelet's default 20s`},
+	}, {
+		name: "a node's own port and paths",
+		modify: func(kc *kubeletconfig.KubeletConfiguration) {
+			kc.Port, kc.PodLogsDir, kc.CgroupRoot = 70000, "/var/log//pods/", "kubepods"
+		},
+		want: []string{
+			`port: Invalid value: 70000: must be between 1 and 65535, inclusive`,
+			`podLogsDir: Invalid value: "/var/log//pods/": must be normalized: /var/log/pods`,
+			`cgroupRoot: Invalid value: "kubepods": must be an absolute cgroup path, such as /`,
+		},
+	}, {
+		name:   "relative pod logs directory",
+		modify: func(kc *kubeletconfig.KubeletConfiguration) { kc.PodLogsDir = "logs" },
+		want:   []string{`podLogsDir: Invalid value: "logs": must be an absolute path`},
 	}, {
 		name: "reserved resources",
 		modify: func(kc *kubeletconfig.KubeletConfiguration) {

@@ -8,10 +8,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/fleetlet/fleetlet/nodeagent/containergc"
 	"github.com/fleetlet/fleetlet/nodeagent/eviction"
 	"github.com/fleetlet/fleetlet/nodeagent/images"
+	"github.com/fleetlet/fleetlet/nodeagent/nodestatus"
+	"github.com/fleetlet/fleetlet/nodeagent/podworkers"
 	"github.com/fleetlet/fleetlet/nodeagent/stats"
 )
 
@@ -40,9 +43,47 @@ func (a *Agent) newResourceManagers(capacity corev1.ResourceList) error {
 	a.eviction, err = eviction.NewManager(eviction.Config{
 		NodeName: cfg.NodeName, Clock: cfg.Clock, Kubelet: cfg.Kubelet, Summary: a.stats.Summary,
 		ActivePods: a.activePods, KillPod: a.evict, DedicatedImageFs: a.stats.HasDedicatedImageFs(),
-		Images: a.imageGC, Containers: a.containerGC, Events: a.events,
+		Images: a.imageGC, Containers: a.containerGC, Events: a.events, Metrics: a.metrics,
 	})
 	return err
+}
+
+// nodeAllocatable is the node's reservation and allocatable, as the
+// kubelet's container manager computes them from capacity and the
+// configuration's systemReserved, kubeReserved and evictionHard. A
+// reservation larger than the capacity stops the agent, as it stops the
+// kubelet's container manager at its start.
+func (a *Agent) nodeAllocatable(capacity corev1.ResourceList) (reserved, allocatable corev1.ResourceList, err error) {
+	reserved, err = nodestatus.Reservation(capacity, a.cfg.Kubelet)
+	if err == nil {
+		err = nodestatus.ValidateReservation(capacity, reserved)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("node %s: %w; lower systemReserved, kubeReserved or evictionHard, or give the node more capacity", a.cfg.NodeName, err)
+	}
+	return reserved, nodestatus.Allocatable(capacity, reserved), nil
+}
+
+// nodeRuntimeState is what the node status reports of the runtime: the CRI
+// Status (readiness, handlers, features), the eviction manager's pressure
+// conditions and the PLEG's health, with the kubelet's messages.
+func (a *Agent) nodeRuntimeState(ctx context.Context) nodestatus.RuntimeState {
+	st := nodestatus.FromCRIStatus(a.cri.Status(ctx, false))
+	st.MemoryPressure = a.eviction.IsUnderMemoryPressure()
+	st.DiskPressure = a.eviction.IsUnderDiskPressure()
+	st.PIDPressure = a.eviction.IsUnderPIDPressure()
+	if !st.Ready {
+		return st
+	}
+	if ok, err := a.pleg.Healthy(); !ok {
+		st.Ready, st.Message = false, fmt.Sprintf("PLEG is not healthy: %v", err)
+	}
+	return st
+}
+
+// listImages is the node status's image list, the CRI image service's.
+func (a *Agent) listImages(ctx context.Context) ([]*runtimeapi.Image, error) {
+	return a.cfg.Images.ListImages(ctx, nil)
 }
 
 // activePods are the admitted pods whose workers have not terminated them:
@@ -90,7 +131,7 @@ func (a *Agent) evict(ctx context.Context, pod *corev1.Pod, st corev1.PodStatus,
 	kill := pod.DeepCopy()
 	kill.DeletionTimestamp = &metav1.Time{Time: a.cfg.Clock.Now()}
 	kill.DeletionGracePeriodSeconds = &gracePeriod
-	a.workers.UpdatePod(kill)
+	a.workers.UpdatePodOfType(kill, podworkers.SyncPodKill)
 	finished := a.workers.Finished(pod.UID)
 	if finished == nil {
 		return nil

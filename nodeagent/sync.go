@@ -29,7 +29,10 @@ func (a *Agent) SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, po
 		return false, nil, err
 	}
 	a.updateProbes(pod, rs)
-	if phase := a.setStatus(pod, rs, false); phase == corev1.PodSucceeded || phase == corev1.PodFailed {
+	prev, known := a.statusManager.Status(pod.UID)
+	phase := a.setStatus(ctx, pod, rs, false)
+	a.metrics.PodSynced(pod, known, prev.Phase, phase, a.cfg.Clock.Now())
+	if phase == corev1.PodSucceeded || phase == corev1.PodFailed {
 		return true, nil, nil
 	}
 	if a.pastActiveDeadline(pod) {
@@ -158,7 +161,7 @@ func (a *Agent) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, gracePe
 	if err != nil {
 		return err
 	}
-	a.setStatus(pod, rs, false)
+	a.setStatus(ctx, pod, rs, false)
 	blockOnCRI()
 	// Readiness keeps being probed while the pod stops, as on the kubelet.
 	a.probes.StopLivenessAndStartup(pod.UID)
@@ -168,7 +171,7 @@ func (a *Agent) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, gracePe
 	if rs, err = a.podRuntime.GetPodStatus(ctx, pod.UID); err != nil {
 		return err
 	}
-	a.setStatus(pod, rs, true)
+	a.setStatus(ctx, pod, rs, true)
 	return nil
 }
 
@@ -183,7 +186,7 @@ func (a *Agent) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	a.setStatus(pod, rs, true)
+	a.setStatus(ctx, pod, rs, true)
 	if err := a.podRuntime.RemovePod(ctx, rs); err != nil {
 		return err
 	}
@@ -197,8 +200,17 @@ func (a *Agent) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error {
 }
 
 // setStatus generates the pod's status, hands it to the status manager and
-// returns its phase.
-func (a *Agent) setStatus(pod *corev1.Pod, rs *kuberuntime.PodStatus, terminal bool) corev1.PodPhase {
+// returns its phase. The status is generated from the worker's pod with
+// the API's newest status, as the kubelet's pod manager holds it (status
+// echoes update it without a sync): generateAPIPodStatus reads the API's
+// phase (a pod the API shows Running has its resources read back from its
+// cgroup) and conditions.
+func (a *Agent) setStatus(ctx context.Context, pod *corev1.Pod, rs *kuberuntime.PodStatus, terminal bool) corev1.PodPhase {
+	if p := a.pod(pod.UID); p != nil && p != pod {
+		withStatus := *pod
+		withStatus.Status = p.Status
+		pod = &withStatus
+	}
 	prev, ok := a.statusManager.Status(pod.UID)
 	if !ok {
 		prev = pod.Status
@@ -206,6 +218,7 @@ func (a *Agent) setStatus(pod *corev1.Pod, rs *kuberuntime.PodStatus, terminal b
 	st := podstatus.Generate(podstatus.Input{
 		Pod: pod, Runtime: rs, Waiting: a.podRuntime.Waiting(pod.UID), Probes: a.probes, Previous: prev,
 		NodeIP: a.cfg.NodeIP, RuntimeName: a.runtimeName, Now: a.cfg.Clock.Now(), Terminal: terminal,
+		RecursiveReadOnlyMounts: a.podRuntime.RecursiveReadOnlyMounts(ctx, pod),
 	})
 	a.statusManager.SetPodStatus(a.apiPod(pod), st)
 	return st.Phase

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/viper"
 	"google.golang.org/grpc"
@@ -149,5 +150,95 @@ func TestMemTotal(t *testing.T) {
 	}
 	if n, err := memTotal(path); err != nil || n != 2048*1024 {
 		t.Errorf("memTotal = %d, %v", n, err)
+	}
+}
+
+// TestAgentOptionsFromConfigFile: the kubelet config file gives the node's
+// settings; the flags given (or FLEETLET_* variables) win over it, as the
+// kubelet's flags do; the flags left at their defaults do not.
+func TestAgentOptionsFromConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(config, []byte(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+maxPods: 20
+port: 10255
+staticPodPath: manifests
+fileCheckFrequency: 5s
+podLogsDir: /srv/logs
+cgroupRoot: /fleet
+containerRuntimeEndpoint: unix:///run/crio/crio.sock
+authentication: {x509: {clientCAFile: pki/ca.crt}}
+nodeStatusUpdateFrequency: 20s
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := newAgentCommand()
+	v := agentSettings(cmd)
+	v.Set("kubeconfig", "k")
+	v.Set("node-ip", "10.1.2.3")
+	v.Set("config", config)
+	o, err := agentOptionsFrom(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := o.Kubelet
+	if o.MaxPods != 20 || o.Capacity.Pods().Value() != 20 || o.KubeletPort != 10255 || o.PodLogsDir != "/srv/logs" ||
+		o.CgroupRoot != "/fleet" || o.Endpoint != "unix:///run/crio/crio.sock" || o.ClientCAFile != filepath.Join(dir, "pki/ca.crt") {
+		t.Errorf("options from the file: %+v", o)
+	}
+	if kc.StaticPodPath != filepath.Join(dir, "manifests") || kc.FileCheckFrequency.Duration != 5*time.Second ||
+		kc.NodeStatusUpdateFrequency.Duration != 20*time.Second || kc.NodeStatusReportFrequency.Duration != 20*time.Second {
+		t.Errorf("kubelet settings: staticPodPath %q fileCheckFrequency %v node status %v/%v",
+			kc.StaticPodPath, kc.FileCheckFrequency, kc.NodeStatusUpdateFrequency, kc.NodeStatusReportFrequency)
+	}
+
+	// Flags and the environment win over the file.
+	t.Setenv("FLEETLET_POD_LOGS_DIR", "/env/logs")
+	v = agentSettings(cmd)
+	for k, val := range map[string]any{
+		"kubeconfig": "k", "node-ip": "10.1.2.3", "config": config,
+		"max-pods": 30, "kubelet-port": 0, "cri-endpoint": "unix:///run/containerd/containerd.sock", "client-ca-file": "/etc/ca.pem",
+	} {
+		v.Set(k, val)
+	}
+	if o, err = agentOptionsFrom(v); err != nil {
+		t.Fatal(err)
+	}
+	if o.MaxPods != 30 || o.Kubelet.MaxPods != 30 || o.KubeletPort != 0 || o.PodLogsDir != "/env/logs" ||
+		o.Endpoint != "unix:///run/containerd/containerd.sock" || o.ClientCAFile != "/etc/ca.pem" || o.CgroupRoot != "/fleet" {
+		t.Errorf("options with flags: %+v", o)
+	}
+
+	// No file: the kubelet's defaults.
+	v = viper.New()
+	if err := v.BindPFlags(newAgentCommand().Flags()); err != nil {
+		t.Fatal(err)
+	}
+	v.Set("kubeconfig", "k")
+	v.Set("node-ip", "10.1.2.3")
+	if o, err = agentOptionsFrom(v); err != nil {
+		t.Fatal(err)
+	}
+	if o.Kubelet.StaticPodPath != "" || o.Kubelet.FileCheckFrequency.Duration != 20*time.Second || o.Endpoint != defaultCRIEndpoint ||
+		o.PodLogsDir != defaultPodLogsDir || o.CgroupRoot != "/" || o.KubeletPort != defaultKubeletPort || o.MaxPods != 110 {
+		t.Errorf("defaults: %+v", o)
+	}
+}
+
+// TestAgentConfigShadowsTheRootConfig: `fleetlet agent --config` is the
+// kubelet's config file, not fleetlet's file of flag values.
+func TestAgentConfigShadowsTheRootConfig(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(config, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: -3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := newRootCommand()
+	cmd.SetArgs([]string{"agent", "--config", config, "--kubeconfig", filepath.Join(dir, "k"), "--node-ip", "192.0.2.10"})
+	cmd.SetOut(&bytes.Buffer{})
+	err := cmd.ExecuteContext(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "kubelet config file "+config+": maxPods: Invalid value: -3") {
+		t.Errorf("err = %v, want the kubelet config file's maxPods refused", err)
 	}
 }

@@ -83,11 +83,15 @@ func fleetPools(p *loadprofiles.Profile) (pools []fleet.NodePool, settings map[s
 				corev1.ResourcePods:             *resource.NewQuantity(int64(pool.Pods), resource.DecimalSI),
 				corev1.ResourceEphemeralStorage: storage,
 			},
-			Labels:    pool.Labels,
-			Taints:    pool.Taints,
-			Kubelet:   kc,
-			KubeProxy: kubeProxyOf(pool, settings),
+			Labels:     pool.Labels,
+			Taints:     pool.Taints,
+			Kubelet:    kc,
+			StaticPods: pool.StaticPods,
+			KubeProxy:  kubeProxyOf(pool, settings),
 		})
+		if n := len(pool.StaticPods); n > 0 {
+			settings[pool.Name+".staticPods"] = strconv.Itoa(n)
+		}
 	}
 	return pools, settings, nil
 }

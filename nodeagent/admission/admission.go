@@ -7,9 +7,13 @@ package admission
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	resourcehelper "k8s.io/component-helpers/resource"
 	v1helper "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -62,7 +66,13 @@ func predicate(name, desc string) Result {
 
 // fits checks the pod count and the pod's requests (the larger of its init
 // containers' and the sum of its app containers', plus overhead) against
-// what the admitted pods request of the node's allocatable.
+// what the admitted pods request of the node's status.allocatable, as the
+// kubelet's predicate handler does through the scheduler's NodeInfo (whose
+// Allocatable is the Node's): capacity less the kubelet's reservation, not
+// capacity. cpu, memory and ephemeral-storage are checked, then the scalar
+// resources (hugepages, extended resources) in name order; an extended
+// resource the node does not have is not checked, as the kubelet's
+// removeMissingExtendedResources drops it.
 func fits(pod *corev1.Pod, node *corev1.Node, admitted []*corev1.Pod) (Result, bool) {
 	alloc := node.Status.Allocatable
 	if maxPods := alloc.Pods().Value(); int64(len(admitted))+1 > maxPods {
@@ -88,7 +98,40 @@ func fits(pod *corev1.Pod, node *corev1.Node, admitted []*corev1.Pod) (Result, b
 			return insufficient(name, r, taken, limit), false
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(requests)) {
+		req := requests[name]
+		if !isScalar(name) || req.IsZero() {
+			continue
+		}
+		capacity, present := alloc[name]
+		if !present && isExtended(name) {
+			continue
+		}
+		u := used[name]
+		if r, taken, limit := req.Value(), u.Value(), capacity.Value(); taken+r > limit {
+			return insufficient(name, r, taken, limit), false
+		}
+	}
 	return Result{}, true
+}
+
+// isScalar is the kubelet's IsScalarResourceName: what the scheduler's
+// Resource keeps beside cpu, memory and ephemeral-storage.
+func isScalar(name corev1.ResourceName) bool {
+	n := string(name)
+	return isExtended(name) || strings.HasPrefix(n, corev1.ResourceHugePagesPrefix) ||
+		strings.Contains(n, corev1.ResourceDefaultNamespacePrefix) || strings.HasPrefix(n, corev1.ResourceAttachableVolumesPrefix)
+}
+
+// isExtended is the kubelet's IsExtendedResourceName: a name with a domain
+// other than kubernetes.io, not starting with "requests.", that is a valid
+// quota name.
+func isExtended(name corev1.ResourceName) bool {
+	n := string(name)
+	if !strings.Contains(n, "/") || strings.Contains(n, corev1.ResourceDefaultNamespacePrefix) || strings.HasPrefix(n, corev1.DefaultResourceRequestsPrefix) {
+		return false
+	}
+	return len(validation.IsQualifiedName(corev1.DefaultResourceRequestsPrefix+n)) == 0
 }
 
 // amount is a quantity as the kubelet's message counts it: millicores for

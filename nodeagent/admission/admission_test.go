@@ -80,3 +80,56 @@ func TestAdmit(t *testing.T) {
 		})
 	}
 }
+
+// TestAdmitAgainstAllocatable: the kubelet admits against status.allocatable
+// (capacity less its reservation), so a pod that fits the capacity but not
+// the allocatable is rejected, with the allocatable as the message's
+// "capacity".
+func TestAdmitAgainstAllocatable(t *testing.T) {
+	n := node()
+	n.Status.Capacity = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"), corev1.ResourcePods: resource.MustParse("110"),
+	}
+	// A default kubelet's allocatable for that capacity: memory less the
+	// memory.available<100Mi hard eviction threshold.
+	n.Status.Allocatable = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32668Mi"), corev1.ResourcePods: resource.MustParse("110"),
+	}
+	if r := Admit(pod("", "32668Mi"), n, nil); !r.Admit {
+		t.Errorf("a pod requesting exactly the allocatable memory was rejected: %+v", r)
+	}
+	r := Admit(pod("", "32Gi"), n, nil)
+	want := "Node didn't have enough resource: memory, requested: 34359738368, used: 0, capacity: 34254880768"
+	if r.Admit || r.Reason != "OutOfmemory" || r.Message != want {
+		t.Errorf("a pod requesting the capacity = %+v, want OutOfmemory %q", r, want)
+	}
+}
+
+// TestAdmitScalarResources: hugepages and extended resources are checked
+// against allocatable as the scheduler's Fits does; an extended resource the
+// node does not know is left to the cluster.
+func TestAdmitScalarResources(t *testing.T) {
+	n := node()
+	n.Status.Allocatable["example.com/gpu"] = resource.MustParse("2")
+	n.Status.Allocatable["hugepages-2Mi"] = resource.MustParse("4Mi")
+	withRequest := func(name corev1.ResourceName, q string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Spec.Containers[0].Resources.Requests[name] = resource.MustParse(q) }
+	}
+	admitted := []*corev1.Pod{pod("", "", withRequest("example.com/gpu", "1"))}
+	for _, tc := range []struct {
+		name, reason string
+		pod          *corev1.Pod
+	}{
+		{"gpu fits", "", pod("", "", withRequest("example.com/gpu", "1"))},
+		{"out of gpus", "OutOfexample.com/gpu", pod("", "", withRequest("example.com/gpu", "2"))},
+		{"unknown extended resource", "", pod("", "", withRequest("example.org/fpga", "1"))},
+		{"out of hugepages", "OutOfhugepages-2Mi", pod("", "", withRequest("hugepages-2Mi", "6Mi"))},
+		{"hugepages the node lacks", "OutOfhugepages-1Gi", pod("", "", withRequest("hugepages-1Gi", "1Gi"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if r := Admit(tc.pod, n, admitted); r.Admit != (tc.reason == "") || r.Reason != tc.reason {
+				t.Errorf("Admit = %+v, want reason %q", r, tc.reason)
+			}
+		})
+	}
+}

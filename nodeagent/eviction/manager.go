@@ -16,6 +16,8 @@ import (
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
+
+	"github.com/fleetlet/fleetlet/nodeagent/metrics"
 )
 
 // MonitoringInterval is the kubelet's evictionMonitoringPeriod.
@@ -65,6 +67,8 @@ type Config struct {
 	// Kind Node, name and UID the node name, as the kubelet's nodeRef) and
 	// on evicted pods.
 	Events record.EventRecorder
+	// Metrics counts evictions (kubelet_evictions); nil counts none.
+	Metrics *metrics.Kubelet
 }
 
 // Manager is the eviction manager of one node.
@@ -240,6 +244,7 @@ func (m *Manager) Synchronize(ctx context.Context) (*corev1.Pod, error) {
 		}
 		message, annotations := evictionMessage(res, pod, stats, updated, obs)
 		if m.evictPod(ctx, pod, grace, message, annotations) {
+			m.cfg.Metrics.IncEvictions(string(reclaim.Signal))
 			return pod, nil
 		}
 	}

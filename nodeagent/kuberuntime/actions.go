@@ -18,6 +18,10 @@ type podActions struct {
 	InitContainersToStart []int
 	// ContainersToStart are indices into spec.containers.
 	ContainersToStart []int
+	// EphemeralContainersToStart are indices into spec.ephemeralContainers:
+	// those the runtime has never seen. They start even before the pod has
+	// initialized, and never again once they exit.
+	EphemeralContainersToStart []int
 	// ContainersToKill are running containers to stop before they restart:
 	// their liveness or startup probe failed.
 	ContainersToKill []*ContainerStatus
@@ -76,6 +80,15 @@ func computePodActions(pod *corev1.Pod, status *PodStatus, probes ProbeState) po
 			}
 		}
 		return a
+	}
+
+	// Ephemeral containers join a sandbox that runs, as the kubelet's
+	// computePodActions has them: a sync that creates one leaves them to
+	// the next, and one that ran in an older sandbox is not started again.
+	for i := range pod.Spec.EphemeralContainers {
+		if status.Container(pod.Spec.EphemeralContainers[i].Name) == nil {
+			a.EphemeralContainersToStart = append(a.EphemeralContainersToStart, i)
+		}
 	}
 
 	initDone := true

@@ -34,7 +34,7 @@ func (m *Manager) runPostStart(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		return nil
 	}
 	klog.FromContext(ctx).V(1).Info("PostStart hook failed", "pod", klog.KObj(pod), "container", c.Name, "err", err)
-	m.cfg.Events.Event(pod, corev1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed")
+	m.cfg.Events.Event(containerRef(pod, c.Name), corev1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed")
 	st := &ContainerStatus{ID: containerID, Name: c.Name, State: runtimeapi.ContainerState_CONTAINER_RUNNING}
 	if killErr := m.killContainer(ctx, pod, st, terminationGracePeriod(pod), "FailedPostStartHook"); killErr != nil {
 		klog.FromContext(ctx).Error(killErr, "Failed to kill a container whose postStart hook failed", "pod", klog.KObj(pod), "container", c.Name)

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -60,7 +61,7 @@ func podCgroupParent(root string, pod *corev1.Pod) string {
 		root = "/"
 	}
 	qos := ""
-	switch podQOS(pod) {
+	switch PodQOS(pod) {
 	case corev1.PodQOSBurstable:
 		qos = "burstable"
 	case corev1.PodQOSBestEffort:
@@ -124,10 +125,10 @@ func (h *Host) removePodLogs(uid types.UID) error {
 	return errors.Join(errs...)
 }
 
-// podQOS is the pod's QoS class: the one the API server stored, or else
+// PodQOS is the pod's QoS class: the one the API server stored, or else
 // computed by the rules of k8s.io/kubernetes' qos.ComputePodQOS (which is
 // not importable), from cpu and memory requests and limits.
-func podQOS(pod *corev1.Pod) corev1.PodQOSClass {
+func PodQOS(pod *corev1.Pod) corev1.PodQOSClass {
 	if pod.Status.QOSClass != "" {
 		return pod.Status.QOSClass
 	}
@@ -208,11 +209,109 @@ func milliCPUToQuota(milliCPU int64) int64 {
 	return max(milliCPU*quotaPeriod/1000, minQuotaPeriod)
 }
 
+// PodCgroup is a pod's cgroup settings as the kubelet reads them back
+// (GetPodCgroupConfig) on a cgroup v2 node: cpu shares converted to
+// cpu.weight and back, which loses precision, the CFS quota (-1 for "max")
+// over its period, and the memory limit (-1 for "max").
+type PodCgroup struct {
+	CPUShares uint64
+	CPUQuota  int64
+	CPUPeriod uint64
+	Memory    int64
+}
+
+// ReadPodCgroup is what the kubelet reads back from the cgroup it made for
+// pod by its ResourceConfigForPod with the CFS quota on: shares from the
+// pod's cpu requests (the minimum for best-effort pods), a quota and a
+// memory limit for guaranteed pods, and for burstable ones when every init
+// and app container (or the pod) declares that limit.
+func ReadPodCgroup(pod *corev1.Pod) PodCgroup {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	limits := resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})
+	cpuLimitsDeclared, memoryLimitsDeclared := true, true
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if list[i].Resources.Limits.Cpu().IsZero() {
+				cpuLimitsDeclared = false
+			}
+			if list[i].Resources.Limits.Memory().IsZero() {
+				memoryLimitsDeclared = false
+			}
+		}
+	}
+	if resourcehelper.IsPodLevelResourcesSet(pod) {
+		cpuLimitsDeclared = cpuLimitsDeclared || !pod.Spec.Resources.Limits.Cpu().IsZero()
+		memoryLimitsDeclared = memoryLimitsDeclared || !pod.Spec.Resources.Limits.Memory().IsZero()
+	}
+	cpuRequest, cpuLimit, memoryLimit := reqs[corev1.ResourceCPU], limits[corev1.ResourceCPU], limits[corev1.ResourceMemory]
+	cg := PodCgroup{CPUShares: minShares, CPUQuota: -1, CPUPeriod: quotaPeriod, Memory: -1}
+	qos := PodQOS(pod)
+	if qos == corev1.PodQOSBestEffort {
+		cg.CPUShares = cpuSharesAfterV2RoundTrip(cg.CPUShares)
+		return cg
+	}
+	cg.CPUShares = cpuSharesAfterV2RoundTrip(uint64(milliCPUToShares(cpuRequest.MilliValue())))
+	if qos == corev1.PodQOSGuaranteed || cpuLimitsDeclared {
+		// cgroup v2 has no "unset" quota: none is "max".
+		if q := milliCPUToQuota(cpuLimit.MilliValue()); q > 0 {
+			cg.CPUQuota = q
+		}
+	}
+	if (qos == corev1.PodQOSGuaranteed || memoryLimitsDeclared) && memoryLimit.Value() > 0 {
+		cg.Memory = memoryLimit.Value()
+	}
+	return cg
+}
+
+// CPUSharesEqualAfterV2RoundTrip is the kubelet's: whether shares read back
+// from a cgroup v2 are those allocated, after the loss of their round trip
+// through cpu.weight.
+func CPUSharesEqualAfterV2RoundTrip(allocatedShares, readback uint64) bool {
+	return cpuSharesAfterV2RoundTrip(allocatedShares) == readback
+}
+
+// cpuSharesAfterV2RoundTrip is shares written as cpu.weight and read back
+// as shares, by the kubelet's getCPUWeight and cpuWeightToCPUShares.
+func cpuSharesAfterV2RoundTrip(shares uint64) uint64 {
+	weight := uint64(10000)
+	if shares < maxShares {
+		weight = 1 + ((shares-2)*9999)/262142
+	}
+	return (((weight - 1) * 262142) / 9999) + 2
+}
+
+// MilliCPUToShares is the kubelet's: the cpu shares of a cpu request.
+func MilliCPUToShares(milliCPU int64) uint64 { return uint64(milliCPUToShares(milliCPU)) }
+
+// SharesToMilliCPU is the kubelet's: the cpu request cpu shares stand for.
+func SharesToMilliCPU(shares int64) int64 { return sharesToMilliCPU(shares) }
+
+// QuotaToMilliCPU is the kubelet's: the cpu limit of a CFS quota.
+func QuotaToMilliCPU(quota, period int64) int64 { return quotaToMilliCPU(quota, period) }
+
+// sharesToMilliCPU is the kubelet's SharesToMilliCPU: the cpu request
+// that cpu shares stand for, rounded up.
+func sharesToMilliCPU(shares int64) int64 {
+	if shares < minShares {
+		return 0
+	}
+	return (shares*1000 + sharesPerCPU - 1) / sharesPerCPU
+}
+
+// quotaToMilliCPU is the kubelet's QuotaToMilliCPU: the cpu limit a CFS
+// quota over its period stands for; -1 is no limit.
+func quotaToMilliCPU(quota, period int64) int64 {
+	if quota == -1 {
+		return 0
+	}
+	return quota * 1000 / period
+}
+
 // oomScoreAdj is the kubelet's GetContainerOOMScoreAdjust: guaranteed pods
 // last to be killed, best-effort first, burstable ones by the share of the
 // node's memory they request (999 when the capacity is unknown).
 func oomScoreAdj(pod *corev1.Pod, c *corev1.Container, memoryCapacity int64) int64 {
-	switch podQOS(pod) {
+	switch PodQOS(pod) {
 	case corev1.PodQOSGuaranteed:
 		return guaranteedOOMScoreAdj
 	case corev1.PodQOSBestEffort:

@@ -61,7 +61,7 @@ func TestLinuxResources(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := newPod("u", false, corev1.PullIfNotPresent, "app")
 			pod.Spec.Containers[0].Resources = tc.res
-			if got := podQOS(pod); got != tc.wantQOS {
+			if got := PodQOS(pod); got != tc.wantQOS {
 				t.Errorf("QoS %s, want %s", got, tc.wantQOS)
 			}
 			if got := podCgroupParent("/fleetlet", pod); got != tc.wantParent {

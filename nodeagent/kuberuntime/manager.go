@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/fleetlet/fleetlet/nodeagent/metrics"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -35,7 +36,10 @@ type Config struct {
 	Images   internalapi.ImageManagerService
 	Events   record.EventRecorder
 	Recorder reports.Recorder
-	Clock    clock.Clock
+	// Metrics receives the kubelet's started pods and containers counts
+	// and the image pulls of starting pods; nil records none.
+	Metrics *metrics.Kubelet
+	Clock   clock.Clock
 	// SerializeImagePulls pulls one image at a time per node, the kubelet's
 	// default, so that a slow pull delays the pods behind it.
 	SerializeImagePulls bool
@@ -125,6 +129,12 @@ type Manager struct {
 
 	mu      sync.Mutex
 	waiting map[types.UID]map[string]Waiting
+	// pullErrors are the last failed pull's message by back-off key
+	// (pod UID and image), for the message of ImagePullBackOff.
+	pullErrors map[string]string
+	// rroHandlers are the runtime's handlers that mount recursively
+	// read-only, by name, once its Status has said so.
+	rroHandlers map[string]bool
 }
 
 // NewManager returns a Manager for cfg.
@@ -133,7 +143,10 @@ func NewManager(cfg Config) *Manager {
 	crash.Clock = cfg.Clock
 	image := flowcontrol.NewBackOff(backOffInitial, backOffMax)
 	image.Clock = cfg.Clock
-	m := &Manager{cfg: cfg, crashBackOff: crash, imageBackOff: image, waiting: map[types.UID]map[string]Waiting{}}
+	m := &Manager{
+		cfg: cfg, crashBackOff: crash, imageBackOff: image,
+		waiting: map[types.UID]map[string]Waiting{}, pullErrors: map[string]string{},
+	}
 	switch {
 	case cfg.SerializeImagePulls:
 		m.pulls = semaphore.NewWeighted(1)
@@ -159,6 +172,82 @@ func (m *Manager) setWaiting(uid types.UID, name, reason, message string) {
 	m.waiting[uid][name] = Waiting{Reason: reason, Message: message}
 }
 
+// RecursiveReadOnlyMounts is the kubelet's
+// runtimeClassSupportsRecursiveReadOnlyMounts: whether the handler of the
+// pod's RuntimeClass can mount recursively read-only, as the runtime's
+// Status says. The handlers are asked for once; a runtime that cannot say
+// supports none, and a failed question is asked again next time.
+func (m *Manager) RecursiveReadOnlyMounts(ctx context.Context, pod *corev1.Pod) bool {
+	handler, err := m.runtimeHandler(pod)
+	if err != nil {
+		return false
+	}
+	m.mu.Lock()
+	handlers := m.rroHandlers
+	m.mu.Unlock()
+	if handlers == nil {
+		resp, err := m.cfg.Runtime.Status(ctx, false)
+		if err != nil {
+			klog.FromContext(ctx).V(4).Info("Failed to read the runtime's handlers", "err", err)
+			return false
+		}
+		handlers = make(map[string]bool, len(resp.GetRuntimeHandlers()))
+		for _, h := range resp.GetRuntimeHandlers() {
+			handlers[h.GetName()] = h.GetFeatures().GetRecursiveReadOnlyMounts()
+		}
+		m.mu.Lock()
+		m.rroHandlers = handlers
+		m.mu.Unlock()
+	}
+	return handlers[handler]
+}
+
+// setPullError records why the last pull under key failed; "" forgets it.
+func (m *Manager) setPullError(key, msg string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if msg == "" {
+		delete(m.pullErrors, key)
+		return
+	}
+	m.pullErrors[key] = msg
+}
+
+func (m *Manager) pullError(key string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	msg, ok := m.pullErrors[key]
+	return msg, ok
+}
+
+// startErrorCode is the kubelet's code of a failed start, the waiting
+// reason the failure set: ErrImagePull, CreateContainerError and so on.
+// The failures that set none are the image's status check, the kubelet's
+// ImageInspectError, and a wait for a pull's turn cut short.
+func (m *Manager) startErrorCode(uid types.UID, name string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r := m.waiting[uid][name].Reason; r != "" && r != "CrashLoopBackOff" {
+		return r
+	}
+	return "ImageInspectError"
+}
+
+// metricsContainerType is the container_type of the pod's container.
+func metricsContainerType(pod *corev1.Pod, name string) metrics.ContainerType {
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == name {
+			return metrics.InitContainer
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == name {
+			return metrics.EphemeralContainer
+		}
+	}
+	return metrics.Container
+}
+
 func (m *Manager) clearWaiting(uid types.UID, name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -170,9 +259,19 @@ func (m *Manager) Forget(pod *corev1.Pod) {
 	m.mu.Lock()
 	delete(m.waiting, pod.UID)
 	m.mu.Unlock()
-	for _, c := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
+	forget := func(c *corev1.Container) {
 		m.crashBackOff.DeleteEntry(backOffKey(pod, c.Name))
 		m.imageBackOff.DeleteEntry(string(pod.UID) + "_" + c.Image)
+		m.setPullError(string(pod.UID)+"_"+c.Image, "")
+	}
+	for i := range pod.Spec.InitContainers {
+		forget(&pod.Spec.InitContainers[i])
+	}
+	for i := range pod.Spec.Containers {
+		forget(&pod.Spec.Containers[i])
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		forget((*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon))
 	}
 }
 
@@ -205,7 +304,11 @@ func (m *Manager) SyncPod(ctx context.Context, pod *corev1.Pod, status *PodStatu
 	var sandbox *runtimeapi.PodSandboxStatus
 	var sandboxConfig *runtimeapi.PodSandboxConfig
 	if actions.CreateSandbox {
-		sandboxConfig = m.sandboxConfig(pod, actions.Attempt)
+		m.cfg.Metrics.IncStartedPods()
+		var err error
+		if sandboxConfig, err = m.sandboxConfig(pod, actions.Attempt); err != nil {
+			return err
+		}
 		if m.cfg.Host != nil {
 			// The kubelet makes the directory: runtimes write container logs
 			// into it but do not create it.
@@ -217,11 +320,13 @@ func (m *Manager) SyncPod(ctx context.Context, pod *corev1.Pod, status *PodStatu
 		if err != nil {
 			// The kubelet's createPodSandbox fails the same way, before it
 			// asks the runtime anything.
+			m.cfg.Metrics.IncStartedPodsErrors()
 			m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
 			return fmt.Errorf("creating sandbox for pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		id, err := m.cfg.Runtime.RunPodSandbox(ctx, sandboxConfig, handler)
 		if err != nil {
+			m.cfg.Metrics.IncStartedPodsErrors()
 			m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
 			return fmt.Errorf("creating sandbox for pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
@@ -239,25 +344,39 @@ func (m *Manager) SyncPod(ctx context.Context, pod *corev1.Pod, status *PodStatu
 		}
 	} else {
 		sandbox = status.ReadySandbox()
-		sandboxConfig = m.sandboxConfig(pod, sandbox.GetMetadata().GetAttempt())
-	}
-
-	for _, i := range actions.InitContainersToStart {
-		if err := m.startContainer(ctx, pod, &pod.Spec.InitContainers[i], status, sandbox.Id, sandboxConfig); err != nil {
+		var err error
+		if sandboxConfig, err = m.sandboxConfig(pod, sandbox.GetMetadata().GetAttempt()); err != nil {
 			return err
 		}
 	}
+
 	var errs []error
 	var until time.Time
-	for _, i := range actions.ContainersToStart {
-		err := m.startContainer(ctx, pod, &pod.Spec.Containers[i], status, sandbox.Id, sandboxConfig)
-		if err == nil {
-			continue
-		}
+	failed := func(err error) {
 		errs = append(errs, err)
 		var b *BackoffError
 		if errors.As(err, &b) && !b.Until.IsZero() && (until.IsZero() || b.Until.Before(until)) {
 			until = b.Until
+		}
+	}
+	// Ephemeral containers first, as the kubelet starts them, so that a
+	// pod whose init containers fail can still be debugged; their failures
+	// hold nothing else back.
+	for _, i := range actions.EphemeralContainersToStart {
+		ec := &pod.Spec.EphemeralContainers[i]
+		if err := m.startContainer(ctx, pod, (*corev1.Container)(&ec.EphemeralContainerCommon), ec.TargetContainerName, status, sandbox.Id, sandboxConfig); err != nil {
+			failed(err)
+		}
+	}
+	for _, i := range actions.InitContainersToStart {
+		if err := m.startContainer(ctx, pod, &pod.Spec.InitContainers[i], "", status, sandbox.Id, sandboxConfig); err != nil {
+			failed(err)
+			return &BackoffError{Until: until, Err: errors.Join(errs...)}
+		}
+	}
+	for _, i := range actions.ContainersToStart {
+		if err := m.startContainer(ctx, pod, &pod.Spec.Containers[i], "", status, sandbox.Id, sandboxConfig); err != nil {
+			failed(err)
 		}
 	}
 	if len(errs) > 0 {
@@ -283,53 +402,72 @@ func (m *Manager) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 	if err != nil {
 		return "", fmt.Errorf("image status of %q for pod %s/%s: %w", c.Image, pod.Namespace, pod.Name, err)
 	}
+	ref := containerRef(pod, c.Name)
 	present := resp.GetImage() != nil
 	if present && c.ImagePullPolicy != corev1.PullAlways {
-		m.cfg.Events.Eventf(pod, corev1.EventTypeNormal, "Pulled", "Container image %q already present on machine", c.Image)
+		m.cfg.Events.Eventf(ref, corev1.EventTypeNormal, "Pulled", "Container image %q already present on machine", c.Image)
 		return resp.Image.Id, nil
 	}
 	if !present && c.ImagePullPolicy == corev1.PullNever {
 		msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)
-		m.cfg.Events.Event(pod, corev1.EventTypeWarning, "ErrImageNeverPull", msg)
+		m.cfg.Events.Event(ref, corev1.EventTypeWarning, "ErrImageNeverPull", msg)
 		m.setWaiting(pod.UID, c.Name, "ErrImageNeverPull", msg)
 		return "", fmt.Errorf("container %s of pod %s/%s: image %q is not present and its pull policy is Never", c.Name, pod.Namespace, pod.Name, c.Image)
 	}
 	key := string(pod.UID) + "_" + c.Image
 	if m.imageBackOff.IsInBackOffSinceUpdate(key, m.cfg.Clock.Now()) {
 		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
-		m.cfg.Events.Event(pod, corev1.EventTypeNormal, "BackOff", msg)
-		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "Failed", "Error: ImagePullBackOff")
+		m.cfg.Events.Event(ref, corev1.EventTypeNormal, "BackOff", msg)
+		m.cfg.Events.Event(ref, corev1.EventTypeWarning, "Failed", "Error: ImagePullBackOff")
+		// The waiting message carries the pull's error, as the kubelet's
+		// image manager keeps it for the back-off.
+		if prev, ok := m.pullError(key); ok {
+			msg += ": " + prev
+		}
 		m.setWaiting(pod.UID, c.Name, "ImagePullBackOff", msg)
 		return "", &BackoffError{Err: fmt.Errorf("container %s of pod %s/%s: %s", c.Name, pod.Namespace, pod.Name, msg)}
 	}
+	// The kubelet reports the pull when it asks for it, before it waits
+	// for its turn; the pull's own duration starts with that turn.
+	m.cfg.Events.Eventf(ref, corev1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
 	waitStart := m.cfg.Clock.Now()
+	m.cfg.Metrics.ImagePullStarted(pod.UID, waitStart)
 	if m.pulls != nil {
 		if err := m.pulls.Acquire(ctx, 1); err != nil {
 			return "", err
 		}
 		defer m.pulls.Release(1)
 	}
-	m.cfg.Events.Eventf(pod, corev1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
 	pullStart := m.cfg.Clock.Now()
 	m.cfg.Recorder.Mark(pod.UID, reports.PullStarted, pullStart)
-	ref, err := m.cfg.Images.PullImage(ctx, spec, nil, sandboxConfig)
+	imageRef, err := m.cfg.Images.PullImage(ctx, spec, nil, sandboxConfig)
 	if err != nil {
 		m.imageBackOff.Next(key, m.cfg.Clock.Now())
-		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", c.Image, err)
-		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "Failed", "Error: ErrImagePull")
+		m.cfg.Events.Eventf(ref, corev1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", c.Image, err)
+		m.cfg.Events.Event(ref, corev1.EventTypeWarning, "Failed", "Error: ErrImagePull")
+		m.setPullError(key, "ErrImagePull: "+err.Error())
 		m.setWaiting(pod.UID, c.Name, "ErrImagePull", err.Error())
 		return "", &BackoffError{Err: fmt.Errorf("pulling image %q for pod %s/%s: %w", c.Image, pod.Namespace, pod.Name, err)}
 	}
+	m.setPullError(key, "")
+	m.cfg.Metrics.ImagePullFinished(pod.UID, m.cfg.Clock.Now())
+	// The kubelet's puller asks for the image's size after the pull, at
+	// its best effort, and counts that in the pull.
+	var size uint64
+	if st, err := m.cfg.Images.ImageStatus(ctx, spec, false); err == nil {
+		size = st.GetImage().GetSize()
+	}
 	now := m.cfg.Clock.Now()
-	m.cfg.Events.Eventf(pod, corev1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %v (%v including waiting)",
-		c.Image, now.Sub(pullStart).Round(time.Millisecond), now.Sub(waitStart).Round(time.Millisecond))
-	return ref, nil
+	m.cfg.Events.Eventf(ref, corev1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %v (%v including waiting). Image size: %v bytes.",
+		c.Image, now.Sub(pullStart).Truncate(time.Millisecond), now.Sub(waitStart).Truncate(time.Millisecond), size)
+	return imageRef, nil
 }
 
 // startContainer starts one container, the first time or as a restart after
 // its back-off, keeping only the newest dead container of that name for its
-// lastState (the rest is what container GC would remove).
-func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, status *PodStatus, sandboxID string, sandboxConfig *runtimeapi.PodSandboxConfig) error {
+// lastState (the rest is what container GC would remove). target names the
+// container whose PID namespace an ephemeral container joins, "" for none.
+func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, target string, status *PodStatus, sandboxID string, sandboxConfig *runtimeapi.PodSandboxConfig) (err error) {
 	prev := status.Container(c.Name)
 	attempt := uint32(0)
 	if prev != nil {
@@ -337,38 +475,58 @@ func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 		key := backOffKey(pod, c.Name)
 		if m.crashBackOff.IsInBackOffSince(key, prev.FinishedAt) {
 			d := m.crashBackOff.Get(key)
-			m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s", c.Name, podDesc(pod))
+			m.cfg.Events.Eventf(containerRef(pod, c.Name), corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s", c.Name, podDesc(pod))
 			msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", d, c.Name, podDesc(pod))
 			m.setWaiting(pod.UID, c.Name, "CrashLoopBackOff", msg)
 			return &BackoffError{Until: prev.FinishedAt.Add(d), Err: errors.New(msg)}
 		}
 		m.crashBackOff.Next(key, prev.FinishedAt)
 	}
+	// Counted past the crash back-off, as the kubelet counts a start.
+	typ := metricsContainerType(pod, c.Name)
+	m.cfg.Metrics.IncStartedContainers(typ)
+	defer func() {
+		if err != nil {
+			m.cfg.Metrics.IncStartedContainersErrors(typ, m.startErrorCode(pod.UID, c.Name))
+		}
+	}()
 	imageRef, err := m.ensureImage(ctx, pod, c, sandboxConfig)
 	if err != nil {
 		return err
 	}
-	config, err := m.containerConfig(ctx, pod, c, imageRef, attempt)
+	var targetID string
+	if target != "" {
+		t := status.Container(target)
+		if t == nil {
+			// The kubelet's getTargetID, reported as a config error.
+			msg := fmt.Sprintf("unable to find target container %v", target)
+			m.cfg.Events.Eventf(containerRef(pod, c.Name), corev1.EventTypeWarning, "Failed", "Error: %v", msg)
+			m.setWaiting(pod.UID, c.Name, "CreateContainerConfigError", msg)
+			return &BackoffError{Err: fmt.Errorf("container %s of pod %s/%s: %s", c.Name, pod.Namespace, pod.Name, msg)}
+		}
+		targetID = t.ID
+	}
+	config, err := m.containerConfig(ctx, pod, c, imageRef, attempt, targetID)
 	if err != nil {
 		// The kubelet's ErrCreateContainerConfig: the next sync tries again,
 		// with no back-off of its own.
-		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "Failed", "Error: %v", err)
+		m.cfg.Events.Eventf(containerRef(pod, c.Name), corev1.EventTypeWarning, "Failed", "Error: %v", err)
 		m.setWaiting(pod.UID, c.Name, "CreateContainerConfigError", err.Error())
 		return &BackoffError{Err: fmt.Errorf("container %s of pod %s/%s: %w", c.Name, pod.Namespace, pod.Name, err)}
 	}
 	id, err := m.cfg.Runtime.CreateContainer(ctx, sandboxID, config, sandboxConfig)
 	if err != nil {
-		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "Failed", "Error: %v", err)
+		m.cfg.Events.Eventf(containerRef(pod, c.Name), corev1.EventTypeWarning, "Failed", "Error: %v", err)
 		m.setWaiting(pod.UID, c.Name, "CreateContainerError", err.Error())
 		return fmt.Errorf("creating container %s of pod %s/%s: %w", c.Name, pod.Namespace, pod.Name, err)
 	}
-	m.cfg.Events.Eventf(pod, corev1.EventTypeNormal, "Created", "Created container: %s", c.Name)
+	m.cfg.Events.Event(containerRef(pod, c.Name), corev1.EventTypeNormal, "Created", "Container created")
 	if err := m.cfg.Runtime.StartContainer(ctx, id); err != nil {
-		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "Failed", "Error: %v", err)
+		m.cfg.Events.Eventf(containerRef(pod, c.Name), corev1.EventTypeWarning, "Failed", "Error: %v", err)
 		m.setWaiting(pod.UID, c.Name, "RunContainerError", err.Error())
 		return fmt.Errorf("starting container %s of pod %s/%s: %w", c.Name, pod.Namespace, pod.Name, err)
 	}
-	m.cfg.Events.Eventf(pod, corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
+	m.cfg.Events.Event(containerRef(pod, c.Name), corev1.EventTypeNormal, "Started", "Container started")
 	m.clearWaiting(pod.UID, c.Name)
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		if err := m.runPostStart(ctx, pod, c, id); err != nil {
@@ -435,7 +593,7 @@ func (m *Manager) KillPod(ctx context.Context, pod *corev1.Pod, status *PodStatu
 // is left of the grace period (at least minimumGracePeriod), as the
 // kubelet's killContainer.
 func (m *Manager) killContainer(ctx context.Context, pod *corev1.Pod, c *ContainerStatus, gracePeriod int64, message string) error {
-	m.cfg.Events.Event(pod, corev1.EventTypeNormal, "Killing", message)
+	m.cfg.Events.Event(containerRef(pod, c.Name), corev1.EventTypeNormal, "Killing", message)
 	if spec := containerSpec(pod, c.Name); spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && gracePeriod > 0 &&
 		c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 		gracePeriod -= m.runPreStopHook(ctx, pod, c, spec, gracePeriod)
@@ -470,11 +628,13 @@ func (m *Manager) runPreStopHook(ctx context.Context, pod *corev1.Pod, c *Contai
 		err = m.cfg.NetworkHook(ctx, pod, spec, hook, budget)
 	}
 	if err != nil {
-		m.cfg.Events.Eventf(pod, corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
+		m.cfg.Events.Eventf(containerRef(pod, c.Name), corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed")
 	}
 	return int64(m.cfg.Clock.Since(start).Seconds())
 }
 
+// containerSpec is the kubelet's GetContainerSpec: the app, init or
+// ephemeral container of that name.
 func containerSpec(pod *corev1.Pod, name string) *corev1.Container {
 	for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
 		for i := range list {
@@ -483,7 +643,42 @@ func containerSpec(pod *corev1.Pod, name string) *corev1.Container {
 			}
 		}
 	}
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == name {
+			return (*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+		}
+	}
 	return nil
+}
+
+// containerRef is the kubelet's GenerateContainerRef: the pod, with the
+// field path of the container events are about, so that they read
+// spec.containers{app}, spec.initContainers{init} or
+// spec.ephemeralContainers{debugger}. A name the spec does not hold (a
+// container from an older spec) refers to the pod alone.
+func containerRef(pod *corev1.Pod, name string) *corev1.ObjectReference {
+	ref := &corev1.ObjectReference{
+		Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name,
+		UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+	}
+	for _, f := range []struct {
+		field string
+		list  []corev1.Container
+	}{{"spec.containers", pod.Spec.Containers}, {"spec.initContainers", pod.Spec.InitContainers}} {
+		for i := range f.list {
+			if f.list[i].Name == name {
+				ref.FieldPath = f.field + "{" + name + "}"
+				return ref
+			}
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == name {
+			ref.FieldPath = "spec.ephemeralContainers{" + name + "}"
+			return ref
+		}
+	}
+	return ref
 }
 
 // RemovePod removes the pod's containers and sandboxes from the runtime, once
@@ -506,14 +701,17 @@ func (m *Manager) RemovePod(ctx context.Context, status *PodStatus) error {
 	return err
 }
 
-func (m *Manager) sandboxConfig(pod *corev1.Pod, attempt uint32) *runtimeapi.PodSandboxConfig {
-	network := runtimeapi.NamespaceMode_POD
+// sandboxConfig is the kubelet's generatePodSandboxConfig for pod.
+func (m *Manager) sandboxConfig(pod *corev1.Pod, attempt uint32) (*runtimeapi.PodSandboxConfig, error) {
+	sc, err := sandboxSecurityContext(pod)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox config of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
 	hostname := pod.Name
 	if pod.Spec.Hostname != "" {
 		hostname = pod.Spec.Hostname
 	}
 	if pod.Spec.HostNetwork {
-		network = runtimeapi.NamespaceMode_NODE
 		// runc refuses a hostname without a private UTS namespace, and the
 		// kubelet does not set one for host-network pods.
 		hostname = ""
@@ -527,19 +725,21 @@ func (m *Manager) sandboxConfig(pod *corev1.Pod, attempt uint32) *runtimeapi.Pod
 		DnsConfig:    dnsConfig(pod),
 		Labels:       podLabels(pod),
 		Annotations:  pod.Annotations,
-		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-				NamespaceOptions: &runtimeapi.NamespaceOption{Network: network},
-			},
-		},
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{SecurityContext: sc},
 	}
 	if m.cfg.Host != nil {
 		config.Linux.CgroupParent = podCgroupParent(m.cfg.Host.CgroupRoot, pod)
 	}
-	return config
+	return config, nil
 }
 
-func (m *Manager) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1.Container, imageRef string, attempt uint32) (*runtimeapi.ContainerConfig, error) {
+// containerConfig is the kubelet's generateContainerConfig; targetID is
+// the runtime ID of the container an ephemeral container targets.
+func (m *Manager) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1.Container, imageRef string, attempt uint32, targetID string) (*runtimeapi.ContainerConfig, error) {
+	sc, err := containerSecurityContext(pod, c, targetID)
+	if err != nil {
+		return nil, err
+	}
 	var envs []*runtimeapi.KeyValue
 	var mounts []*runtimeapi.Mount
 	if m.cfg.ContainerOptions != nil {
@@ -567,7 +767,14 @@ func (m *Manager) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev
 		Labels:      containerLabels(pod, c.Name),
 		Annotations: map[string]string{annotationRestarts: strconv.Itoa(int(attempt))},
 		LogPath:     filepath.Join(c.Name, fmt.Sprintf("%d.log", attempt)),
-		Linux:       &runtimeapi.LinuxContainerConfig{Resources: linuxResources(pod, c, m.cfg.MemoryCapacity, m.minOOMScoreAdj())},
+		// What `kubectl debug -it` and `kubectl attach` need.
+		Stdin:     c.Stdin,
+		StdinOnce: c.StdinOnce,
+		Tty:       c.TTY,
+		Linux: &runtimeapi.LinuxContainerConfig{
+			Resources:       linuxResources(pod, c, m.cfg.MemoryCapacity, m.minOOMScoreAdj()),
+			SecurityContext: sc,
+		},
 	}, nil
 }
 

@@ -260,6 +260,10 @@ func TestImagePullBackOff(t *testing.T) {
 		if r := m.Waiting(pod.UID)["app"].Reason; r != wantReasons[1] {
 			t.Errorf("attempt %d: reason %q inside the back-off, want ImagePullBackOff", attempt, r)
 		}
+		// The kubelet's message carries the failed pull's error.
+		if msg, want := m.Waiting(pod.UID)["app"].Message, `Back-off pulling image "busybox": ErrImagePull: pull access denied`; msg != want {
+			t.Errorf("attempt %d: message %q inside the back-off, want %q", attempt, msg, want)
+		}
 		clk.Step(time.Millisecond)
 	}
 	var sawBackOff bool

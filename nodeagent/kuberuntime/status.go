@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -32,6 +33,26 @@ type ContainerStatus struct {
 	Image        string
 	ImageRef     string
 	RestartCount int32
+	// Resources are the cgroup settings the runtime reports for the
+	// container, nil when it reports none.
+	Resources *ContainerResources
+	// User is whom the container's first process runs as, as the runtime
+	// reports it; nil when it does not say (containerd before 2.0).
+	User *ContainerUser
+}
+
+// ContainerResources are a container's cgroup settings read back as the
+// kubelet's toKubeContainerResources reads the runtime's: the cpu request
+// from the shares, the cpu limit from the quota over the period, the memory
+// limit; each nil when unset.
+type ContainerResources struct {
+	CPURequest, CPULimit, MemoryLimit *resource.Quantity
+}
+
+// ContainerUser is the identity of a container's first process on Linux.
+type ContainerUser struct {
+	UID, GID           int64
+	SupplementalGroups []int64
 }
 
 // ReadySandbox returns the newest sandbox if it is ready, else nil.
@@ -115,9 +136,43 @@ func (m *Manager) GetPodStatus(ctx context.Context, uid types.UID) (*PodStatus, 
 			Image:        st.GetImage().GetImage(),
 			ImageRef:     st.ImageRef,
 			RestartCount: restartCount(st.Annotations),
+			Resources:    toContainerResources(st.GetResources().GetLinux()),
+			User:         toContainerUser(st.GetUser().GetLinux()),
 		})
 	}
 	return status, nil
+}
+
+// toContainerResources is the kubelet's toKubeContainerResources.
+func toContainerResources(r *runtimeapi.LinuxContainerResources) *ContainerResources {
+	if r == nil {
+		return nil
+	}
+	var out ContainerResources
+	if r.CpuPeriod > 0 {
+		if milli := quotaToMilliCPU(r.CpuQuota, r.CpuPeriod); milli > 0 {
+			out.CPULimit = resource.NewMilliQuantity(milli, resource.DecimalSI)
+		}
+	}
+	if r.CpuShares > 0 {
+		if milli := sharesToMilliCPU(r.CpuShares); milli > 0 {
+			out.CPURequest = resource.NewMilliQuantity(milli, resource.DecimalSI)
+		}
+	}
+	if r.MemoryLimitInBytes > 0 {
+		out.MemoryLimit = resource.NewQuantity(r.MemoryLimitInBytes, resource.BinarySI)
+	}
+	if out == (ContainerResources{}) {
+		return nil
+	}
+	return &out
+}
+
+func toContainerUser(u *runtimeapi.LinuxContainerUser) *ContainerUser {
+	if u == nil {
+		return nil
+	}
+	return &ContainerUser{UID: u.Uid, GID: u.Gid, SupplementalGroups: slices.Clone(u.SupplementalGroups)}
 }
 
 func unixNano(ns int64) time.Time {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	nodeutil "k8s.io/component-helpers/node/util"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
@@ -28,7 +29,14 @@ type Config struct {
 	// kubelet no longer GETs its Node on every status update.
 	GetNode func() (*corev1.Node, error)
 	// RuntimeState asks the CRI runtime for its status.
-	RuntimeState    func(ctx context.Context) RuntimeState
+	RuntimeState func(ctx context.Context) RuntimeState
+	// ListImages asks the CRI image service for its images, every
+	// ImageListPeriod at most, for status.images; nil reports none.
+	ListImages func(ctx context.Context) ([]*runtimeapi.Image, error)
+	// MaxImages is the kubelet's nodeStatusMaxImages: how many images
+	// status.images lists at most, -1 for all, 0 for none; the kubelet's
+	// default is DefaultMaxImages.
+	MaxImages       int32
 	UpdateFrequency time.Duration
 	ReportFrequency time.Duration
 	// Seed makes the report delays replayable.
@@ -49,6 +57,10 @@ type Manager struct {
 	// (and their watch events) in a fleet that started in half a minute.
 	reportDelay time.Duration
 	rng         *rand.Rand
+	// images is the kubelet's image cache: status.images as of the last
+	// successful list, which was tried at imagesListedAt (zero: never).
+	images         []corev1.ContainerImage
+	imagesListedAt time.Time
 }
 
 // NewManager returns a Manager for cfg.
@@ -79,7 +91,10 @@ func (m *Manager) Register(ctx context.Context) error {
 			return fmt.Errorf("registering node %s: %w (last error: %v)", m.cfg.Identity.Name, context.Cause(ctx), lastErr)
 		case <-m.cfg.Clock.After(step):
 		}
-		node := InitialNode(m.cfg.Identity, m.cfg.Clock.Now())
+		now := m.cfg.Clock.Now()
+		node := InitialNode(m.cfg.Identity, now)
+		m.refreshImages(ctx, now)
+		node.Status.Images = m.images
 		_, err := m.cfg.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		if err == nil || apierrors.IsAlreadyExists(err) {
 			logger.V(2).Info("Successfully registered node")
@@ -126,7 +141,10 @@ func (m *Manager) SyncNodeStatus(ctx context.Context) error {
 		// Start from what we last sent: the informer may lag behind it.
 		updated.Status = *m.lastStatus.DeepCopy()
 	}
-	SetStatus(updated, m.cfg.Identity, m.cfg.RuntimeState(ctx), now)
+	rt := m.cfg.RuntimeState(ctx)
+	m.refreshImages(ctx, now)
+	rt.Images = m.images
+	SetStatus(updated, m.cfg.Identity, rt, now)
 	changed := m.lastStatus == nil || Changed(m.lastStatus, &updated.Status)
 	if !changed && now.Sub(m.lastReported) < m.cfg.ReportFrequency+m.reportDelay {
 		return nil
@@ -143,4 +161,21 @@ func (m *Manager) SyncNodeStatus(ctx context.Context) error {
 		m.reportDelay = time.Duration(float64(m.cfg.ReportFrequency) * (m.rng.Float64() - 0.5))
 	}
 	return nil
+}
+
+// refreshImages lists the runtime's images into the cache if ImageListPeriod
+// has passed since the last try, as the kubelet's image GC manager refreshes
+// its cache in the background: a status update between two lists reports
+// the cached images. A failed list keeps the images listed before.
+func (m *Manager) refreshImages(ctx context.Context, now time.Time) {
+	if m.cfg.ListImages == nil || (!m.imagesListedAt.IsZero() && now.Sub(m.imagesListedAt) < ImageListPeriod) {
+		return
+	}
+	m.imagesListedAt = now
+	list, err := m.cfg.ListImages(ctx)
+	if err != nil {
+		klog.FromContext(ctx).Info("Failed to update image list", "err", err)
+		return
+	}
+	m.images = ContainerImages(list, m.cfg.MaxImages)
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -128,5 +129,80 @@ func TestRegisterNeverGivesUp(t *testing.T) {
 	}
 	if _, err := client.CoreV1().Nodes().Get(context.Background(), identity().Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("the Node was not created: %v", err)
+	}
+}
+
+// TestImagesChange: the image list comes from a cache refreshed every
+// ImageListPeriod, not from the runtime at every update; a new image is a
+// status change, patched once, and an unchanged list patches nothing.
+func TestImagesChange(t *testing.T) {
+	ctx := context.Background()
+	clk := testingclock.NewFakeClock(t0)
+	id := identity()
+	client := fake.NewClientset()
+	images := []*runtimeapi.Image{image("sha256:pause", 10<<20, nil, []string{"registry.k8s.io/pause:3.10"})}
+	lists := 0
+	m := NewManager(Config{
+		Identity: id, Client: client, Clock: clk,
+		GetNode: func() (*corev1.Node, error) {
+			return client.CoreV1().Nodes().Get(ctx, id.Name, metav1.GetOptions{})
+		},
+		RuntimeState: func(context.Context) RuntimeState { return RuntimeState{Ready: true} },
+		ListImages: func(context.Context) ([]*runtimeapi.Image, error) {
+			lists++
+			return images, nil
+		},
+		MaxImages:       DefaultMaxImages,
+		UpdateFrequency: 10 * time.Second, ReportFrequency: 5 * time.Minute,
+	})
+	// Registration lists the images for the first status, as the kubelet's
+	// image cache is filled as it starts.
+	regDone := make(chan error, 1)
+	go func() { regDone <- m.Register(ctx) }()
+	for len(regDone) == 0 {
+		if clk.HasWaiters() {
+			clk.Step(registerFirstStep)
+		} else {
+			goruntime.Gosched()
+		}
+	}
+	if err := <-regDone; err != nil {
+		t.Fatal(err)
+	}
+	node, err := client.CoreV1().Nodes().Get(ctx, id.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(node.Status.Images) != 1 || node.Status.Images[0].Names[0] != "registry.k8s.io/pause:3.10" {
+		t.Fatalf("registered with images %v, want the pause image", node.Status.Images)
+	}
+	start := clk.Since(t0)
+	syncAt := func(at time.Duration, wantPatches, wantLists int) {
+		t.Helper()
+		clk.SetTime(t0.Add(start + at))
+		if err := m.SyncNodeStatus(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := statusPatches(client); got != wantPatches {
+			t.Errorf("at %v: %d status patches, want %d", at, got, wantPatches)
+		}
+		if lists != wantLists {
+			t.Errorf("at %v: %d ListImages calls, want %d", at, lists, wantLists)
+		}
+	}
+	syncAt(0, 1, 1)              // the first update; the cache is fresh
+	syncAt(10*time.Second, 1, 1) // unchanged, and no list
+	images = append(images, image("sha256:nginx", 70<<20, nil, []string{"docker.io/library/nginx:1.27"}))
+	syncAt(20*time.Second, 1, 1) // pulled, but the cache has not seen it yet
+	syncAt(30*time.Second, 2, 2) // the cache refreshes: one patch
+	syncAt(40*time.Second, 2, 2)
+	syncAt(60*time.Second, 2, 3) // refreshed, unchanged: no patch
+	syncAt(90*time.Second, 2, 4)
+	node, err = client.CoreV1().Nodes().Get(ctx, id.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(node.Status.Images) != 2 || node.Status.Images[0].SizeBytes != 70<<20 {
+		t.Errorf("images after the pull = %v, want nginx then pause", node.Status.Images)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // KubeletPort is where a node's kubelet API listens by default, advertised
@@ -30,8 +31,9 @@ type Identity struct {
 	// KubeletPort is the port advertised in status.daemonEndpoints; 0 means
 	// KubeletPort.
 	KubeletPort int32
-	// Reserved is subtracted from Capacity to give Allocatable, as
-	// systemReserved and kubeReserved do on a real kubelet.
+	// Reserved is what the kubelet keeps from pods (Reservation: its
+	// systemReserved, kubeReserved and hard eviction thresholds);
+	// status.allocatable is Capacity less it (Allocatable).
 	Reserved corev1.ResourceList
 	// KubeletVersion and RuntimeVersion fill status.nodeInfo; RuntimeVersion
 	// reads like the kubelet's "<runtime name>://<version>".
@@ -39,14 +41,22 @@ type Identity struct {
 	RuntimeVersion string
 }
 
-// RuntimeState is what the last CRI Status call said about the runtime,
-// and what the eviction manager says about the node's resources.
+// RuntimeState is what the last CRI Status call said about the runtime
+// (FromCRIStatus), what the eviction manager says about the node's
+// resources, and the runtime's images as the image cache last listed them.
 type RuntimeState struct {
 	Ready   bool
 	Message string
 	// MemoryPressure, DiskPressure and PIDPressure are the eviction
 	// manager's node conditions.
 	MemoryPressure, DiskPressure, PIDPressure bool
+	// Runtime is set when the runtime said it is ready; otherwise the
+	// node keeps the handlers and features it reported last, as the
+	// kubelet keeps those of its last successful runtime sync.
+	Runtime *RuntimeInfo
+	// Images is status.images (ContainerImages). SetStatus stores the
+	// slice itself, so it must not be modified afterwards.
+	Images []corev1.ContainerImage
 }
 
 // InitialNode is the object the agent creates to register, as the kubelet's
@@ -83,13 +93,20 @@ func InitialNode(id Identity, now time.Time) *corev1.Node {
 func SetStatus(node *corev1.Node, id Identity, rt RuntimeState, now time.Time) {
 	st := &node.Status
 	st.Capacity = id.Capacity.DeepCopy()
-	st.Allocatable = allocatable(id.Capacity, id.Reserved)
+	st.Allocatable = Allocatable(id.Capacity, id.Reserved)
 	st.Addresses = []corev1.NodeAddress{
 		{Type: corev1.NodeInternalIP, Address: id.IP.String()},
 		{Type: corev1.NodeHostName, Address: id.Name},
 	}
 	st.DaemonEndpoints = corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: cmp.Or(id.KubeletPort, KubeletPort)}}
 	st.NodeInfo = nodeInfo(id)
+	st.Images = rt.Images
+	if rt.Runtime != nil {
+		st.RuntimeHandlers = rt.Runtime.Handlers
+		if rt.Runtime.Features != nil {
+			st.Features = rt.Runtime.Features
+		}
+	}
 
 	ready := corev1.NodeCondition{
 		Type: corev1.NodeReady, Status: corev1.ConditionTrue,
@@ -142,24 +159,14 @@ func setCondition(st *corev1.NodeStatus, c corev1.NodeCondition, now time.Time) 
 	st.Conditions = append(st.Conditions, c)
 }
 
-func allocatable(capacity, reserved corev1.ResourceList) corev1.ResourceList {
-	out := capacity.DeepCopy()
-	for name, r := range reserved {
-		q, ok := out[name]
-		if !ok {
-			continue
-		}
-		q.Sub(r)
-		if q.Sign() < 0 {
-			q.Set(0)
-		}
-		out[name] = q
-	}
-	return out
-}
-
-// nodeInfo derives stable machine identifiers from the node name, so that a
-// node keeps them across restarts of the fleet, as a machine does.
+// nodeInfo is status.nodeInfo as the kubelet's MachineInfo, VersionInfo
+// and GoRuntime setters write it. The machine identifiers derive from the
+// node name, so that a node keeps them across restarts of the fleet, as a
+// machine does. kubeProxyVersion stays empty (DisableNodeKubeProxyVersion
+// is locked on), swap is absent (an emulated machine has no swap, and the
+// kubelet reports swap only when there is some), and
+// runningInUserNamespace is false (KubeletInUserNamespace is on by default
+// since 1.37; an emulated kubelet runs in no user namespace).
 func nodeInfo(id Identity) corev1.NodeSystemInfo {
 	sum := sha256.Sum256([]byte(id.Name))
 	uuid := fmt.Sprintf("%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
@@ -173,6 +180,7 @@ func nodeInfo(id Identity) corev1.NodeSystemInfo {
 		Architecture:            "amd64",
 		ContainerRuntimeVersion: id.RuntimeVersion,
 		KubeletVersion:          id.KubeletVersion,
+		RunningInUserNamespace:  ptr.To(false),
 	}
 }
 

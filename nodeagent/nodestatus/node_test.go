@@ -52,6 +52,19 @@ func TestInitialNode(t *testing.T) {
 	if node.Status.NodeInfo.SystemUUID != InitialNode(identity(), t0).Status.NodeInfo.SystemUUID {
 		t.Error("machine identifiers are not stable across restarts")
 	}
+	// What a 1.37 kubelet on a swapless machine, outside a user namespace,
+	// writes into nodeInfo.
+	info := node.Status.NodeInfo
+	if info.RunningInUserNamespace == nil || *info.RunningInUserNamespace {
+		t.Errorf("runningInUserNamespace = %v, want false (KubeletInUserNamespace is on by default)", info.RunningInUserNamespace)
+	}
+	if info.Swap != nil || info.KubeProxyVersion != "" {
+		t.Errorf("swap %v kubeProxyVersion %q, want none (no swap; DisableNodeKubeProxyVersion is locked on)", info.Swap, info.KubeProxyVersion)
+	}
+	if info.MachineID == "" || info.BootID == "" || info.KernelVersion == "" || info.OSImage == "" ||
+		info.OperatingSystem != "linux" || info.Architecture != "amd64" || info.KubeletVersion != "v1.37.2" || info.ContainerRuntimeVersion != "fake://1" {
+		t.Errorf("nodeInfo = %+v", info)
+	}
 }
 
 func TestSetStatusTransitions(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
+	"github.com/fleetlet/fleetlet/nodeagent/metrics"
 )
 
 // The kubelet's generic PLEG settings.
@@ -59,6 +60,9 @@ type Generic struct {
 	mu         sync.Mutex
 	lastRelist time.Time
 
+	// metrics receives the kubelet's PLEG metrics; nil records none.
+	metrics *metrics.Kubelet
+
 	// When the runtime was last listed, as the kubelet's pod status cache
 	// keeps it for its pod workers (cache.UpdateTime and each pod's
 	// modified time): relistAt is the start of the newest relist of every
@@ -81,6 +85,10 @@ func NewGeneric(runtime internalapi.RuntimeService, clk clock.WithTicker, period
 		relisted:      make(chan struct{}),
 	}
 }
+
+// SetMetrics makes the PLEG record the kubelet's PLEG metrics in m. Call it
+// before Run.
+func (g *Generic) SetMetrics(m *metrics.Kubelet) { g.metrics = m }
 
 // WaitNewerThan blocks until the pod's containers have been listed by a
 // relist that started after t (of every pod, or of this one on demand), or
@@ -183,6 +191,7 @@ func (g *Generic) RequestRelist(_ context.Context, uid types.UID) {
 // state changed since it was last seen.
 func (g *Generic) RelistPod(ctx context.Context, uid types.UID) error {
 	start := g.clock.Now()
+	defer func() { g.metrics.ObservePLEGPodRelist(g.clock.Since(start)) }()
 	containers, err := g.runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{
 		LabelSelector: map[string]string{kubelettypes.KubernetesPodUIDLabel: string(uid)},
 	})
@@ -207,6 +216,15 @@ func (g *Generic) RelistPod(ctx context.Context, uid types.UID) error {
 // state changed since the previous relist.
 func (g *Generic) Relist(ctx context.Context) error {
 	start := g.clock.Now()
+	// As the kubelet's: the interval since the last successful relist,
+	// and the duration of every relist, failed or not.
+	g.mu.Lock()
+	last := g.lastRelist
+	g.mu.Unlock()
+	if !last.IsZero() {
+		g.metrics.ObservePLEGRelistInterval(start.Sub(last))
+	}
+	defer func() { g.metrics.ObservePLEGRelist(g.clock.Since(start)) }()
 	containers, err := g.runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{})
 	if err != nil {
 		return fmt.Errorf("listing containers: %w", err)
@@ -214,13 +232,16 @@ func (g *Generic) Relist(ctx context.Context) error {
 	g.mu.Lock()
 	g.lastRelist = start
 	g.mu.Unlock()
+	g.metrics.SetPLEGLastSeen(start)
 
 	current := make(map[types.UID]map[string]containerState, len(g.last))
+	var states [metrics.NumContainerStates]int
 	for _, c := range containers {
 		uid := kuberuntime.UID(c.Labels)
 		if uid == "" {
 			continue
 		}
+		states[metrics.CRIState(c.State)]++
 		if current[uid] == nil {
 			current[uid] = map[string]containerState{}
 		}
@@ -235,6 +256,7 @@ func (g *Generic) Relist(ctx context.Context) error {
 		}
 	}
 	g.last = current
+	g.metrics.SetContainerStates(states)
 	g.markRelisted("", start)
 	return nil
 }
@@ -274,6 +296,7 @@ func (g *Generic) emit(ctx context.Context, uid types.UID, id string, from, to c
 	select {
 	case g.events <- &Event{ID: uid, Type: t, Data: id}:
 	default:
+		g.metrics.IncPLEGDiscardEvents()
 		klog.FromContext(ctx).Error(nil, "Event channel is full, discard this relist() cycle event", "podUID", uid, "type", t)
 	}
 }

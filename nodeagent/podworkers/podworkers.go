@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/fleetlet/fleetlet/nodeagent/metrics"
 )
 
 // Syncer is what a worker calls; the agent implements it.
@@ -68,9 +70,12 @@ const (
 )
 
 type worker struct {
-	pod      *corev1.Pod
-	state    state
-	pending  bool
+	pod     *corev1.Pod
+	state   state
+	pending bool
+	// update is the type of the newest pending update, which labels the
+	// work that takes it up in kubelet_pod_worker_duration_seconds.
+	update   UpdateType
 	wake     chan struct{}
 	retry    clock.Timer
 	finished chan struct{}
@@ -79,12 +84,25 @@ type worker struct {
 	cancelSync context.CancelFunc
 }
 
+// UpdateType is what an update comes from, the kubelet's SyncPodType.
+type UpdateType uint8
+
+// The kubelet's update types. Retries, resyncs and a worker's own moves
+// from one state to the next are syncs.
+const (
+	SyncPodSync UpdateType = iota
+	SyncPodUpdate
+	SyncPodCreate
+	SyncPodKill
+)
+
 // PodWorkers owns the workers of one node.
 type PodWorkers struct {
-	syncer Syncer
-	clock  clock.WithTickerAndDelayedExecution
-	cache  Cache
-	ctx    context.Context
+	syncer  Syncer
+	clock   clock.WithTickerAndDelayedExecution
+	cache   Cache
+	ctx     context.Context
+	metrics *metrics.Kubelet
 
 	mu      sync.Mutex
 	workers map[types.UID]*worker
@@ -103,6 +121,11 @@ func New(syncer Syncer, clk clock.WithTickerAndDelayedExecution, cache Cache) *P
 	return &PodWorkers{syncer: syncer, clock: clk, cache: cache, workers: map[types.UID]*worker{}}
 }
 
+// SetMetrics makes the workers record kubelet_pod_worker_duration_seconds
+// in m: the time each worker iteration takes, from taking up an update
+// to the end of its work. Call it before Start.
+func (p *PodWorkers) SetMetrics(m *metrics.Kubelet) { p.metrics = m }
+
 // Start binds the workers to ctx: they stop when it ends, and Wait returns
 // once they have. UpdatePod must not be called before Start.
 func (p *PodWorkers) Start(ctx context.Context) error {
@@ -117,7 +140,13 @@ func (p *PodWorkers) Start(ctx context.Context) error {
 
 // UpdatePod hands the newest version of a pod to its worker, starting one if
 // needed. A pod with a deletion timestamp moves the worker to terminating.
-func (p *PodWorkers) UpdatePod(pod *corev1.Pod) {
+// It is a sync; UpdatePodOfType says what else an update is.
+func (p *PodWorkers) UpdatePod(pod *corev1.Pod) { p.UpdatePodOfType(pod, SyncPodSync) }
+
+// UpdatePodOfType is UpdatePod for an update of type t: a pod the node
+// sees for the first time (create), a change of its spec (update), or its
+// removal (kill).
+func (p *PodWorkers) UpdatePodOfType(pod *corev1.Pod, t UpdateType) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ctx == nil {
@@ -141,6 +170,7 @@ func (p *PodWorkers) UpdatePod(pod *corev1.Pod) {
 		}
 	}
 	w.pending = true
+	w.update = t
 	signal(w.wake)
 }
 
@@ -153,7 +183,7 @@ func (p *PodWorkers) KillPod(pod *corev1.Pod) {
 		pod.DeletionTimestamp = &metav1.Time{Time: now}
 		pod.DeletionGracePeriodSeconds = new(int64)
 	}
-	p.UpdatePod(pod)
+	p.UpdatePodOfType(pod, SyncPodKill)
 }
 
 // Forget removes a terminated pod's worker; it is called when the pod is gone
@@ -238,8 +268,10 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 			continue
 		}
 		w.pending = false
-		pod, st := w.pod, w.state
+		pod, st, update := w.pod, w.state, w.update
+		w.update = SyncPodSync
 		p.mu.Unlock()
+		began := p.clock.Now()
 
 		ctx := klog.NewContext(p.ctx, logger.WithValues("pod", klog.KObj(pod)))
 		if st != syncing && p.cache != nil && !lastSync.IsZero() {
@@ -291,6 +323,7 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 			err = p.syncer.SyncTerminatedPod(ctx, pod)
 			lastSync = p.clock.Now()
 			if err == nil {
+				p.observe(st, update, began)
 				p.mu.Lock()
 				w.state = finished
 				p.mu.Unlock()
@@ -298,6 +331,7 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 				return
 			}
 		}
+		p.observe(st, update, began)
 		p.mu.Lock()
 		// A sync cancelled because the pod must terminate is not a
 		// failure, and a terminal pod is already on its way to terminate.
@@ -314,6 +348,24 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 			p.retryAfter(w, wait.Jitter(ResyncInterval, resyncJitterFactor))
 		}
 	}
+}
+
+// observe records one iteration of a worker, labelled as the kubelet's:
+// the clean-up of a terminated pod as "terminated", other work by the
+// type of the update it took up.
+func (p *PodWorkers) observe(st state, update UpdateType, began time.Time) {
+	op := metrics.OpSync
+	switch {
+	case st == terminated:
+		op = metrics.OpTerminated
+	case update == SyncPodUpdate:
+		op = metrics.OpUpdate
+	case update == SyncPodCreate:
+		op = metrics.OpCreate
+	case update == SyncPodKill:
+		op = metrics.OpKill
+	}
+	p.metrics.ObservePodWorker(op, p.clock.Since(began))
 }
 
 // RetryTimer is implemented by sync errors that know when the sync can

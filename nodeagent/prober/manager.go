@@ -167,15 +167,17 @@ func (m *Manager) ContainerStarted(pod *corev1.Pod, containerName, containerID s
 			continue
 		}
 		key := workerKey{containerName, k}
+		var carried probeMetrics
 		if old := pe.workers[key]; old != nil {
 			if old.containerID == containerID {
 				continue
 			}
 			m.retireLocked(old)
+			carried = old.metrics
 		}
 		w := &worker{
 			m: m, kind: k, pod: pod, container: c, containerID: containerID,
-			probe: p, params: paramsOf(p),
+			probe: p, params: paramsOf(p), metrics: carried,
 		}
 		if p.Exec != nil {
 			w.command = expandCommand(p.Exec.Command, c.Env)

@@ -137,9 +137,13 @@ func (m *Manager) serve(w *worker) {
 	m.mu.Unlock()
 	defer m.wg.Done()
 
+	start := now
 	res, out, err := m.execute(ctx, w)
 	now = m.clock.Now()
 	m.mu.Lock()
+	if ctx.Err() == nil && w.state == running {
+		w.metrics.record(res, err, now.Sub(start))
+	}
 	ev, ok := m.finishLocked(ctx, w, res, out, err, now)
 	m.mu.Unlock()
 	if ok {

@@ -166,6 +166,9 @@ type worker struct {
 	next    time.Time
 	trigger bool // run again as soon as the current run ends
 	count   counter
+	// metrics are the worker's series of prober_probe_total and
+	// prober_probe_duration_seconds.
+	metrics probeMetrics
 }
 
 func probeOf(c *corev1.Container, k Kind) *corev1.Probe {

@@ -42,6 +42,8 @@ func TestRequestAttributes(t *testing.T) {
 		{http.MethodGet, "/statsfoo", "get", []string{"proxy"}},
 		{http.MethodGet, "/metrics/resource", "get", []string{"metrics"}},
 		{http.MethodGet, "/metrics", "get", []string{"metrics"}},
+		{http.MethodGet, "/metrics/cadvisor", "get", []string{"metrics"}},
+		{http.MethodGet, "/metrics/probes", "get", []string{"metrics"}},
 		{http.MethodGet, "/logs/syslog", "get", []string{"log"}},
 		{http.MethodGet, "/containerLogs/default/web/app", "get", []string{"proxy"}},
 		{http.MethodGet, "/pods", "get", []string{"pods", "proxy"}},

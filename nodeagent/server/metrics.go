@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -8,7 +9,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/fleetlet/fleetlet/nodeagent/metrics"
 )
+
+// families serves the metric families gather builds for this scrape,
+// in the exposition format the scraper asks for (protobuf or text), as
+// the kubelet's component-base handlers do.
+func (s *Server) families(path string, gather func(ctx context.Context) metrics.Families) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if gather == nil {
+			s.notProvided(w, path)
+			return
+		}
+		fs := gather(r.Context())
+		defer metrics.Release(fs)
+		if err := metrics.Write(w, metrics.Format(r), fs); err != nil {
+			klog.FromContext(r.Context()).V(4).Info("Writing metrics failed", "path", path, "err", err)
+		}
+	}
+}
 
 // The kubelet's resource metrics (pkg/kubelet/metrics/collectors
 // resource_metrics.go). Help texts carry the stability prefix that

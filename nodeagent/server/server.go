@@ -1,6 +1,7 @@
 // Package server is a node agent's kubelet API: the authenticated HTTPS
 // endpoints the API server and its clients call on port 10250 (pods, stats,
-// resource metrics, container logs, run, exec, attach and port-forward),
+// the kubelet's, probe, cAdvisor and resource metrics, container logs,
+// run, exec, attach and port-forward),
 // served as the kubelet serves them.
 package server
 
@@ -21,6 +22,8 @@ import (
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
+
+	"github.com/fleetlet/fleetlet/nodeagent/metrics"
 )
 
 // Config is what one node's server serves and whom it lets in.
@@ -49,6 +52,10 @@ type Config struct {
 	// server: exec then runs through Exec, attach and port-forward answer
 	// 501. Optional: without it, the same as ErrStreamingUnsupported.
 	StreamURL func(ctx context.Context, req StreamRequest) (*url.URL, error)
+	// Metrics, ProbeMetrics and CadvisorMetrics build the metric families
+	// of /metrics, /metrics/probes and /metrics/cadvisor at each scrape.
+	// Optional: without one, its path answers 501.
+	Metrics, ProbeMetrics, CadvisorMetrics func(ctx context.Context) metrics.Families
 	// Authenticator identifies the caller (client certificate, bearer token).
 	// Required: the kubelet port never serves anonymous requests here.
 	Authenticator authenticator.Request
@@ -141,6 +148,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /pods", s.pods)
 	mux.HandleFunc("GET /stats/summary", s.statsSummary)
 	mux.HandleFunc("POST /stats/summary", s.statsSummary)
+	mux.HandleFunc("GET /metrics", s.families("/metrics", s.cfg.Metrics))
+	mux.HandleFunc("GET /metrics/probes", s.families("/metrics/probes", s.cfg.ProbeMetrics))
+	mux.HandleFunc("GET /metrics/cadvisor", s.families("/metrics/cadvisor", s.cfg.CadvisorMetrics))
 	mux.HandleFunc("GET /metrics/resource", s.resourceMetrics)
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
 	mux.HandleFunc("POST /run/{namespace}/{pod}/{container}", s.run)

@@ -245,6 +245,9 @@ func TestMissingProvidersAnswer501(t *testing.T) {
 	for _, r := range []struct{ method, path string }{
 		{http.MethodGet, "/stats/summary"},
 		{http.MethodGet, "/metrics/resource"},
+		{http.MethodGet, "/metrics"},
+		{http.MethodGet, "/metrics/probes"},
+		{http.MethodGet, "/metrics/cadvisor"},
 		{http.MethodGet, "/containerLogs/default/web/app"},
 		{http.MethodPost, "/run/default/web/app?cmd=ls"},
 		{http.MethodPost, "/exec/default/web/app?command=ls&output=1"},

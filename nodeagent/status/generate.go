@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
@@ -42,6 +43,11 @@ type Input struct {
 	// RuntimeName prefixes container IDs, as "containerd://<id>".
 	RuntimeName string
 	Now         time.Time
+	// RecursiveReadOnlyMounts says whether the runtime handler of the
+	// pod's RuntimeClass can mount recursively read-only, as its CRI
+	// Status says: a read-only mount that asks for it IfPossible then
+	// reports Enabled.
+	RecursiveReadOnlyMounts bool
 	// Terminal is set once the kubelet stopped the pod for good (it is being
 	// deleted): the phase is then terminal, as kubelets report since 1.27:
 	// Succeeded when every container exited 0, Failed otherwise, unless the
@@ -49,17 +55,21 @@ type Input struct {
 	Terminal bool
 }
 
-// Generate computes the pod's API status the way the kubelet's
-// generateAPIPodStatus does: phase by getPhase's rules, the conditions
-// PodReadyToStartContainers, Initialized, ContainersReady, Ready and
-// PodScheduled, and one status per init and app container. Ready is never
-// True before every container runs and passes its readiness probe.
+// Generate computes the pod's API status the way the 1.37 kubelet's
+// generateAPIPodStatus does, with its default feature gates: phase by
+// getPhase's rules, the conditions PodReadyToStartContainers, Initialized,
+// ContainersReady, Ready and PodScheduled, one status per init, app and
+// ephemeral container (convertContainerStatuses: state, last state, image
+// and image ID as the runtime names them, volume mounts, resources and
+// allocated resources, user), and the pod's resources and allocated
+// resources. Ready is never True before every container runs and passes
+// its readiness probe.
 func Generate(in Input) corev1.PodStatus {
 	pod := in.Pod
 	prev := in.Previous
 	now := metav1.NewTime(in.Now)
 	st := corev1.PodStatus{
-		QOSClass:          prev.QOSClass,
+		QOSClass:          kuberuntime.PodQOS(pod),
 		StartTime:         prev.StartTime,
 		HostIP:            in.NodeIP.String(),
 		HostIPs:           []corev1.HostIP{{IP: in.NodeIP.String()}},
@@ -67,9 +77,6 @@ func Generate(in Input) corev1.PodStatus {
 	}
 	if st.StartTime == nil {
 		st.StartTime = &now
-	}
-	if st.QOSClass == "" {
-		st.QOSClass = pod.Status.QOSClass
 	}
 	rt := in.Runtime
 	if rt == nil {
@@ -91,22 +98,19 @@ func Generate(in Input) corev1.PodStatus {
 		st.PodIPs = []corev1.PodIP{{IP: st.PodIP}}
 	}
 
-	defaultWaiting := "ContainerCreating"
-	if len(pod.Spec.InitContainers) > 0 {
-		defaultWaiting = "PodInitializing"
-	}
-	convert := func(specs []corev1.Container) []corev1.ContainerStatus {
-		if len(specs) == 0 {
-			return nil
+	st.ContainerStatuses = convertContainerStatuses(in, rt, pod.Spec.Containers, prev.ContainerStatuses, appContainers)
+	st.InitContainerStatuses = convertContainerStatuses(in, rt, pod.Spec.InitContainers, prev.InitContainerStatuses, initContainers)
+	if n := len(pod.Spec.EphemeralContainers); n > 0 {
+		specs := make([]corev1.Container, n)
+		for i := range pod.Spec.EphemeralContainers {
+			specs[i] = corev1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
 		}
-		out := make([]corev1.ContainerStatus, 0, len(specs))
-		for i := range specs {
-			out = append(out, containerStatus(&specs[i], rt, in, defaultWaiting))
-		}
-		return out
+		st.EphemeralContainerStatuses = convertContainerStatuses(in, rt, specs, prev.EphemeralContainerStatuses, ephemeralContainers)
 	}
-	st.InitContainerStatuses = convert(pod.Spec.InitContainers)
-	st.ContainerStatuses = convert(pod.Spec.Containers)
+	// InPlacePodLevelResourcesVerticalScaling (beta, on): the pod's
+	// resources and what its containers were allocated, for every pod.
+	st.AllocatedResources = resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	st.Resources = podResources(pod, prev, st.AllocatedResources)
 
 	initialized, notInitialized := initialization(pod, st.InitContainerStatuses)
 	st.Phase = getPhase(pod, st.InitContainerStatuses, st.ContainerStatuses)
@@ -187,58 +191,6 @@ func Generate(in Input) corev1.PodStatus {
 	}
 	st.Conditions = conds
 	return st
-}
-
-// containerStatus is one container's status, from its newest runtime
-// container, the one before it (lastState), and the reason cache.
-func containerStatus(spec *corev1.Container, rt *kuberuntime.PodStatus, in Input, defaultWaiting string) corev1.ContainerStatus {
-	cs := corev1.ContainerStatus{Name: spec.Name, Image: spec.Image, Started: new(bool)}
-	waiting, isWaiting := in.Waiting[spec.Name]
-	c := rt.Container(spec.Name)
-	if c == nil {
-		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: defaultWaiting}
-		if isWaiting {
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: waiting.Reason, Message: waiting.Message}
-		}
-		return cs
-	}
-	cs.ContainerID = in.RuntimeName + "://" + c.ID
-	cs.ImageID = c.ImageRef
-	cs.RestartCount = c.RestartCount
-	if p := rt.Previous(spec.Name); p != nil && p.State == runtimeapi.ContainerState_CONTAINER_EXITED {
-		cs.LastTerminationState.Terminated = terminated(p, in.RuntimeName)
-	}
-	switch c.State {
-	case runtimeapi.ContainerState_CONTAINER_RUNNING:
-		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.StartedAt)}
-		*cs.Started = in.Probes == nil || in.Probes.Started(c.ID)
-		cs.Ready = *cs.Started && (in.Probes == nil || in.Probes.Ready(c.ID))
-	case runtimeapi.ContainerState_CONTAINER_EXITED:
-		if isWaiting {
-			// Waiting to restart: the kubelet shows why, and the exit as lastState.
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: waiting.Reason, Message: waiting.Message}
-			cs.LastTerminationState.Terminated = terminated(c, in.RuntimeName)
-		} else {
-			cs.State.Terminated = terminated(c, in.RuntimeName)
-		}
-	default:
-		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
-	}
-	return cs
-}
-
-func terminated(c *kuberuntime.ContainerStatus, runtimeName string) *corev1.ContainerStateTerminated {
-	reason := c.Reason
-	if reason == "" {
-		reason = "Completed"
-		if c.ExitCode != 0 {
-			reason = "Error"
-		}
-	}
-	return &corev1.ContainerStateTerminated{
-		ExitCode: c.ExitCode, Reason: reason, Message: c.Message, ContainerID: runtimeName + "://" + c.ID,
-		StartedAt: metav1.NewTime(c.StartedAt), FinishedAt: metav1.NewTime(c.FinishedAt),
-	}
 }
 
 // getPhase follows the kubelet's getPhase: init containers first (a regular

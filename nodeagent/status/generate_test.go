@@ -42,7 +42,7 @@ func sandbox(ready bool) *runtimeapi.PodSandboxStatus {
 
 func ctr(name string, state runtimeapi.ContainerState, exit int32) *kuberuntime.ContainerStatus {
 	return &kuberuntime.ContainerStatus{
-		ID: "id-" + name, Name: name, State: state, ExitCode: exit, ImageRef: "sha256:" + name,
+		ID: "id-" + name, Name: name, State: state, ExitCode: exit, ImageRef: "sha256:" + name, Image: "docker.io/library/img-" + name + ":latest",
 		CreatedAt: t0, StartedAt: t0.Add(time.Second), FinishedAt: t0.Add(2 * time.Second),
 	}
 }
@@ -169,7 +169,8 @@ func TestGenerateContainerStatus(t *testing.T) {
 	}
 	st := Generate(Input{Pod: pod, Runtime: rt, NodeIP: nodeIP, RuntimeName: "containerd", Now: t0})
 	cs := st.ContainerStatuses[0]
-	if cs.ContainerID != "containerd://id-a" || cs.ImageID != "sha256:a" || cs.Image != "img-a" {
+	// The image as the runtime names it, not as the spec spells it.
+	if cs.ContainerID != "containerd://id-a" || cs.ImageID != "sha256:a" || cs.Image != "docker.io/library/img-a:latest" {
 		t.Errorf("ids: containerID %q imageID %q image %q", cs.ContainerID, cs.ImageID, cs.Image)
 	}
 	if cs.State.Running == nil || !cs.State.Running.StartedAt.Time.Equal(t0.Add(time.Second)) {
