@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/fleetlet/fleetlet/internal/yamltype"
+
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 )
@@ -110,7 +112,7 @@ func decodeLeaf(t reflect.Type, v any, path *field.Path) []string {
 	}
 	detail := err.Error()
 	if typeErr := (*json.UnmarshalTypeError)(nil); errors.As(err, &typeErr) {
-		detail = "must be " + describe(t)
+		detail = "must be " + yamltype.Describe(t)
 	}
 	if path == nil {
 		return []string{"the document " + detail}
@@ -130,29 +132,6 @@ func badValue(v any) any {
 		return "<list>"
 	}
 	return v
-}
-
-// describe names a Go type in YAML terms, for "must be ..." messages.
-func describe(t reflect.Type) string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.String:
-		return "a string"
-	case reflect.Slice, reflect.Array:
-		return "a list"
-	case reflect.Map, reflect.Struct:
-		return "a mapping"
-	}
-	return "a " + t.String()
 }
 
 // jsonFields maps the JSON names of t's fields, including those promoted from

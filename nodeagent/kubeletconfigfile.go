@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fleetlet/fleetlet/internal/yamltype"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
@@ -132,7 +133,7 @@ func DecodeKubeletConfiguration(data []byte) (*kubeletconfig.KubeletConfiguratio
 func valueError(js []byte, err error) error {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field != "" {
-		return fmt.Errorf("%s: a %s, want %s", typeErr.Field, typeErr.Value, describeType(typeErr.Type))
+		return fmt.Errorf("%s: a %s, want %s", typeErr.Field, typeErr.Value, yamltype.Describe(typeErr.Type))
 	}
 	var tree map[string]any
 	if json.Unmarshal(js, &tree) == nil {
@@ -172,27 +173,6 @@ func failingField(tree map[string]any, prefix []string) (string, string) {
 		}
 	}
 	return "", ""
-}
-
-// describeType names a Go type in YAML's terms.
-func describeType(t reflect.Type) string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.String:
-		return "a string"
-	case reflect.Slice, reflect.Array:
-		return "a list"
-	}
-	return "a mapping"
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
