@@ -173,9 +173,13 @@ func TestKubeletMetricsOverHTTPS(t *testing.T) {
 		return m.scrape(t, "/metrics")["kubelet_pod_start_sli_duration_seconds"] != nil
 	})
 
-	// The running containers are counted at the PLEG's next full relist.
+	// The running containers are counted at the PLEG's next full relist,
+	// and the interval between relists once there have been two.
 	m.eventually(t, "a relist counts the container", func() bool {
 		return m.scrape(t, "/metrics")["kubelet_running_containers"]["container_state=running"].GetGauge().GetValue() == 1
+	})
+	m.eventually(t, "a second relist records an interval", func() bool {
+		return m.scrape(t, "/metrics")["kubelet_pleg_relist_interval_seconds"][""].GetHistogram().GetSampleCount() > 0
 	})
 
 	kubelet := m.scrape(t, "/metrics")
