@@ -75,9 +75,11 @@ type worker struct {
 	pending bool
 	// update is the type of the newest pending update, which labels the
 	// work that takes it up in kubelet_pod_worker_duration_seconds.
-	update   UpdateType
-	wake     chan struct{}
-	retry    clock.Timer
+	update UpdateType
+	wake   chan struct{}
+	retry  clock.Timer
+	// retryAt is when retry fires; zero once it has fired or stopped.
+	retryAt  time.Time
 	finished chan struct{}
 	// cancelSync ends the sync in flight, when the pod must terminate
 	// instead, as the kubelet's pod workers cancel a sync on a kill.
@@ -385,18 +387,33 @@ func (p *PodWorkers) retryDelay(err error) time.Duration {
 }
 
 // retryAfter schedules another sync of the worker's newest pod.
+// retryAfter schedules another sync of the worker's newest pod in d, or
+// keeps the one already scheduled if that comes sooner: a sync asked for
+// at a time (SyncAt: an active deadline, which the kubelet checks every
+// second) must not be pushed back by the resync or retry of the sync that
+// asked for it.
 func (p *PodWorkers) retryAfter(w *worker, d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	at := p.clock.Now().Add(d)
+	if !w.retryAt.IsZero() && !w.retryAt.After(at) {
+		return
+	}
 	if w.retry != nil {
 		w.retry.Stop()
 	}
-	w.retry = p.clock.AfterFunc(d, func() {
+	w.retryAt = at
+	var timer clock.Timer
+	timer = p.clock.AfterFunc(d, func() {
 		p.mu.Lock()
+		if w.retry == timer {
+			w.retryAt = time.Time{}
+		}
 		w.pending = true
 		p.mu.Unlock()
 		signal(w.wake)
 	})
+	w.retry = timer
 }
 
 func (p *PodWorkers) stopRetry(w *worker) {
@@ -405,6 +422,7 @@ func (p *PodWorkers) stopRetry(w *worker) {
 	if w.retry != nil {
 		w.retry.Stop()
 	}
+	w.retryAt = time.Time{}
 }
 
 func gracePeriod(pod *corev1.Pod) int64 {

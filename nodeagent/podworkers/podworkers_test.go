@@ -391,3 +391,38 @@ func (s *failingCleanUp) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod)
 	}
 	return err
 }
+
+// deadlineSyncer asks, from its first sync, for another sync at a time,
+// as the agent does for a pod's active deadline.
+type deadlineSyncer struct {
+	syncer
+	p     *PodWorkers
+	clk   *clocktesting.FakeClock
+	after time.Duration
+}
+
+func (s *deadlineSyncer) SyncPod(ctx context.Context, pod *corev1.Pod) (bool, func(), error) {
+	if len(s.snapshot()) == 0 {
+		s.p.SyncAt(pod.UID, s.clk.Now().Add(s.after))
+	}
+	return s.syncer.SyncPod(ctx, pod)
+}
+
+// TestSyncAtIsNotPushedBackByTheResync: the resync a successful sync arms
+// (a minute or more away) must not replace the sooner sync that the same
+// sync asked for.
+func TestSyncAtIsNotPushedBackByTheResync(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	clk := clocktesting.NewFakeClock(time.Now())
+	s := &deadlineSyncer{clk: clk, after: 5 * time.Second}
+	p := New(s, clk, nil)
+	s.p = p
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); p.Wait() })
+	p.UpdatePod(pod("1"))
+	testutil.WaitFor(t, "the first sync ran and armed its timer", func() bool { return len(s.snapshot()) == 1 && clk.HasWaiters() })
+	clk.Step(5 * time.Second)
+	testutil.WaitFor(t, "the sync asked for at 5 s", func() bool { return len(s.snapshot()) == 2 })
+}
