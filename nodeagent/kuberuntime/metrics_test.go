@@ -2,13 +2,12 @@ package kuberuntime
 
 import (
 	"context"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/fleetlet/fleetlet/nodeagent/metrics/metricstest"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -22,17 +21,9 @@ import (
 // counters scrapes m's counters: value by "name{k=v,...}".
 func counters(t *testing.T, m *metrics.Kubelet) map[string]float64 {
 	t.Helper()
-	rec := httptest.NewRecorder()
 	fs := m.Gather(metrics.Runtime{})
 	defer metrics.Release(fs)
-	if err := metrics.Write(rec, expfmt.NewFormat(expfmt.TypeTextPlain), fs); err != nil {
-		t.Fatal(err)
-	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(rec.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := metricstest.Parse(t, fs)
 	out := map[string]float64{}
 	for name, mf := range fams {
 		for _, s := range mf.GetMetric() {

@@ -2,12 +2,11 @@ package podworkers
 
 import (
 	"context"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/fleetlet/fleetlet/nodeagent/metrics/metricstest"
+
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fleetlet/fleetlet/internal/testutil"
@@ -18,17 +17,9 @@ import (
 // of observations by operation type.
 func workerDurations(t *testing.T, m *metrics.Kubelet) map[string]uint64 {
 	t.Helper()
-	rec := httptest.NewRecorder()
 	fs := m.Gather(metrics.Runtime{})
 	defer metrics.Release(fs)
-	if err := metrics.Write(rec, expfmt.NewFormat(expfmt.TypeTextPlain), fs); err != nil {
-		t.Fatal(err)
-	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(rec.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := metricstest.Parse(t, fs)
 	out := map[string]uint64{}
 	for _, s := range fams["kubelet_pod_worker_duration_seconds"].GetMetric() {
 		out[s.GetLabel()[0].GetValue()] = s.GetHistogram().GetSampleCount()

@@ -3,13 +3,12 @@ package prober
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/fleetlet/fleetlet/nodeagent/metrics/metricstest"
+
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -22,15 +21,7 @@ import (
 // series by label set, rendered as "k=v,...".
 func scrape(t *testing.T, m *Manager) map[string]map[string]*dto.Metric {
 	t.Helper()
-	rec := httptest.NewRecorder()
-	if err := metrics.Write(rec, expfmt.NewFormat(expfmt.TypeTextPlain), metrics.Gather(m.Gather()...)); err != nil {
-		t.Fatal(err)
-	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(rec.Body)
-	if err != nil {
-		t.Fatalf("the exposition does not parse: %v", err)
-	}
+	fams := metricstest.Parse(t, metrics.Gather(m.Gather()...))
 	out := map[string]map[string]*dto.Metric{}
 	for name, mf := range fams {
 		out[name] = map[string]*dto.Metric{}

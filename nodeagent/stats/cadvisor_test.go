@@ -3,14 +3,13 @@ package stats
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/fleetlet/fleetlet/nodeagent/metrics/metricstest"
+
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,15 +22,7 @@ import (
 // their labels, rendered "k=v,..." in name order.
 func series(t *testing.T, families metrics.Families) map[string]map[string]*dto.Metric {
 	t.Helper()
-	rec := httptest.NewRecorder()
-	if err := metrics.Write(rec, expfmt.NewFormat(expfmt.TypeTextPlain), families); err != nil {
-		t.Fatal(err)
-	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(rec.Body)
-	if err != nil {
-		t.Fatalf("the exposition does not parse: %v", err)
-	}
+	fams := metricstest.Parse(t, families)
 	out := map[string]map[string]*dto.Metric{}
 	for name, mf := range fams {
 		out[name] = map[string]*dto.Metric{}
