@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-helpers/apimachinery/lease"
+	"k8s.io/component-helpers/nodedeclaredfeatures"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fleetlet/fleetlet/nodeagent/admission"
+	"github.com/fleetlet/fleetlet/nodeagent/allocation"
 	"github.com/fleetlet/fleetlet/nodeagent/containergc"
 	"github.com/fleetlet/fleetlet/nodeagent/eviction"
 	"github.com/fleetlet/fleetlet/nodeagent/images"
@@ -80,18 +82,22 @@ type Agent struct {
 
 	// cri is the node's CRI runtime service (cfg.Runtime); podRuntime is
 	// the kubelet's runtime manager, which runs pods through it.
-	cri           internalapi.RuntimeService
-	podRuntime    *kuberuntime.Manager
-	statusManager *podStatuses
-	pleg          *pleg.Generic
-	eventedPLEG   *pleg.Evented // nil without the EventedPLEG gate
-	probes        *prober.Manager
-	volumes       *volumemanager.Manager
-	stats         *stats.Provider
-	eviction      *eviction.Manager
-	imageGC       *images.Manager
-	containerGC   *containergc.Manager
-	objects       *objectcache.Cache
+	cri        internalapi.RuntimeService
+	podRuntime *kuberuntime.Manager
+	// allocation holds what each admitted pod was allocated and its
+	// resizes; resizesPending wakes the sync loop to retry them later.
+	allocation     *allocation.Manager
+	resizesPending chan struct{}
+	statusManager  *podStatuses
+	pleg           *pleg.Generic
+	eventedPLEG    *pleg.Evented // nil without the EventedPLEG gate
+	probes         *prober.Manager
+	volumes        *volumemanager.Manager
+	stats          *stats.Provider
+	eviction       *eviction.Manager
+	imageGC        *images.Manager
+	containerGC    *containergc.Manager
+	objects        *objectcache.Cache
 	// watches are the kubelet's Services, RuntimeClasses, CSIDrivers and
 	// PodCertificateRequests; ownWatches is the same set when the agent
 	// runs them itself, nil when they are the fleet's.
@@ -201,6 +207,9 @@ func New(cfg Config) (*Agent, error) {
 		runtimeConfig.NetworkHook = networkHook(prober.NewHTTPRunner(nil))
 	}
 	runtimeConfig.SandboxReady = a.onSandboxReady
+	a.allocation, a.resizesPending = a.newAllocation(), make(chan struct{}, 1)
+	runtimeConfig.Actuated = a.allocation
+	runtimeConfig.RequestReinspect = func(uid types.UID) { a.pleg.RequestReinspect(uid) }
 	a.podRuntime = kuberuntime.NewManager(runtimeConfig)
 	a.statusManager = &podStatuses{static: a.static, clock: cfg.Clock, Manager: podstatus.NewManager(podstatus.Config{
 		Client: cfg.Client, Clock: cfg.Clock, Recorder: cfg.Recorder,
@@ -235,6 +244,10 @@ func New(cfg Config) (*Agent, error) {
 		Identity: nodestatus.Identity{
 			Name: cfg.NodeName, IP: cfg.NodeIP, Labels: cfg.Labels, Taints: cfg.Taints, Capacity: capacity,
 			Reserved: reserved, KubeletVersion: KubeletVersion,
+			// The features that depend on the runtime's (user namespaces
+			// with host network, mount options) have gates off in 1.37,
+			// so the runtime's Status is not asked here.
+			DeclaredFeatures: nodestatus.DeclaredFeatures(KubeletVersion, nodedeclaredfeatures.RuntimeFeatures{}),
 		},
 		Client:          cfg.Client,
 		Clock:           cfg.Clock,
@@ -362,10 +375,21 @@ func (a *Agent) couldHaveRunningContainers(uid types.UID) bool {
 // syncLoop turns PLEG events and probe results into pod syncs, the
 // kubelet's syncLoopIteration for its plegCh and probe channels.
 func (a *Agent) syncLoop(ctx context.Context) {
+	// Set while resizes wait for room: the allocation manager's periodic
+	// retry, without a goroutine or a timer of its own on nodes that have
+	// no pending resize.
+	var retryResizes <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-a.resizesPending:
+			if retryResizes == nil {
+				retryResizes = a.cfg.Clock.After(allocation.RetryDelay)
+			}
+		case <-retryResizes:
+			retryResizes = nil
+			a.retryPendingResizes()
 		case e := <-a.pleg.Watch():
 			if pod := a.pod(e.ID); pod != nil {
 				a.workers.UpdatePod(pod)
@@ -460,8 +484,14 @@ func (a *Agent) podHandler() cache.ResourceEventHandler {
 			// Like the kubelet's pod config, only a change of what the pod
 			// asks for is an update: the echo of our own status patches is not.
 			if !podsDifferSemantically(oldObj.(*corev1.Pod), pod) {
+				// The kubelet's HandlePodReconcile: a readiness gate's
+				// condition set by its controller changes Ready.
+				if podstatus.NeedToReconcilePodReadiness(pod) {
+					a.workers.UpdatePodOfType(pod, podworkers.SyncPodSync)
+				}
 				return
 			}
+			a.onResize(oldObj.(*corev1.Pod), pod)
 			a.workers.UpdatePodOfType(pod, podworkers.SyncPodUpdate)
 			// A pod that completed on its own and is deleted later has no
 			// worker left to act: the status manager finishes the deletion.
@@ -495,6 +525,11 @@ func (a *Agent) podHandler() cache.ResourceEventHandler {
 			a.workers.Forget(pod.UID)
 			a.statusManager.Forget(pod.UID)
 			a.probes.RemovePod(pod.UID)
+			a.allocation.RemovePod(pod.UID)
+			// Room freed on the node: deferred resizes may fit now.
+			if a.allocation.HasPendingResizes() {
+				a.retryPendingResizes()
+			}
 		},
 	}
 }
@@ -507,15 +542,19 @@ func (a *Agent) admit(pod *corev1.Pod) bool {
 	if err != nil {
 		// The node informer is synced before pods are watched; without a
 		// node there is nothing to judge against, as for the kubelet.
+		a.allocation.SetAllocated(pod)
 		a.markAdmitted(pod.UID)
 		return true
 	}
-	r := admission.Admit(pod, node, a.activePods())
+	// Against the other pods as allocated, as the kubelet's allocation
+	// manager admits (AddPod), which then records the allocation.
+	r := admission.Admit(pod, node, a.allocation.AllocatedPods())
 	// The eviction manager's admit handler runs first on the kubelet.
 	if ok, reason, message := a.eviction.Admit(pod); !ok {
 		r = admission.Result{Reason: reason, Message: message}
 	}
 	if r.Admit {
+		a.allocation.SetAllocated(pod)
 		a.markAdmitted(pod.UID)
 		return true
 	}

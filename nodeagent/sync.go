@@ -24,11 +24,15 @@ import (
 // (onSandboxReady); what follows (Running, Ready) is reported on the sync
 // the PLEG triggers when it sees the containers start, as on a real kubelet.
 func (a *Agent) SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, postSync func(), err error) {
+	// The pod as allocated, as the kubelet's pod workers hold it: a resize
+	// not yet accepted runs with the resources it had.
+	pod, _ = a.allocation.UpdatePodFromAllocation(pod)
 	rs, err := a.podRuntime.GetPodStatus(ctx, pod.UID)
 	if err != nil {
 		return false, nil, err
 	}
 	a.updateProbes(pod, rs)
+	a.resizeStatus(pod, rs)
 	prev, known := a.statusManager.Status(pod.UID)
 	phase := a.setStatus(ctx, pod, rs, false)
 	a.metrics.PodSynced(pod, known, prev.Phase, phase, a.cfg.Clock.Now())
@@ -45,6 +49,7 @@ func (a *Agent) SyncPod(ctx context.Context, pod *corev1.Pod) (terminal bool, po
 	}
 	a.cfg.Recorder.Mark(pod.UID, reports.VolumesMounted, a.cfg.Clock.Now())
 	if err := a.podRuntime.SyncPod(ctx, pod, rs, a.probes); err != nil {
+		a.resizeFailed(pod, err)
 		return false, nil, err
 	}
 	// The kubelet relists a pod right after a sync that succeeded
@@ -157,6 +162,7 @@ func (a *Agent) pastActiveDeadline(pod *corev1.Pod) bool {
 // anything stops (a deletion has moved the pod's generation on), then with
 // the containers' final states and the terminal phase.
 func (a *Agent) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, gracePeriod int64) error {
+	pod, _ = a.allocation.UpdatePodFromAllocation(pod)
 	rs, err := a.podRuntime.GetPodStatus(ctx, pod.UID)
 	if err != nil {
 		return err
@@ -215,8 +221,12 @@ func (a *Agent) setStatus(ctx context.Context, pod *corev1.Pod, rs *kuberuntime.
 	if !ok {
 		prev = pod.Status
 	}
+	if terminal {
+		a.allocation.ClearConditions(pod.UID)
+	}
 	st := podstatus.Generate(podstatus.Input{
-		Pod: pod, Runtime: rs, Waiting: a.podRuntime.Waiting(pod.UID), Probes: a.probes, Previous: prev,
+		ResizeConditions: a.allocation.Conditions(pod.UID),
+		Pod:              pod, Runtime: rs, Waiting: a.podRuntime.Waiting(pod.UID), Probes: a.probes, Previous: prev,
 		NodeIP: a.cfg.NodeIP, RuntimeName: a.runtimeName, Now: a.cfg.Clock.Now(), Terminal: terminal,
 		RecursiveReadOnlyMounts: a.podRuntime.RecursiveReadOnlyMounts(ctx, pod),
 	})

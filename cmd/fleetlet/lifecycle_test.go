@@ -13,7 +13,9 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	internalapi "k8s.io/cri-api/pkg/apis"
@@ -262,6 +264,143 @@ func TestLifecycleProfile(t *testing.T) {
 		}
 	})
 
+	t.Run("readiness gate", func(t *testing.T) {
+		p := pods["gates"]
+		ready := findCondition(p.Status.Conditions, corev1.PodReady)
+		want := `corresponding condition of pod readiness gate "fleetlet.io/load-balancer-ready" does not exist.`
+		if condition(p.Status.Conditions, corev1.ContainersReady) != corev1.ConditionTrue || ready == nil ||
+			ready.Status != corev1.ConditionFalse || ready.Reason != "ReadinessGatesNotReady" || ready.Message != want {
+			t.Fatalf("Ready = %+v with containers ready; want False, ReadinessGatesNotReady, %q", ready, want)
+		}
+		// What a load-balancer controller does once the pod is in rotation.
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{
+			Type: "fleetlet.io/load-balancer-ready", Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now(),
+		})
+		start := time.Now()
+		if _, err := client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitPod(ctx, t, client, p, "Ready once its gate is True", func(p *corev1.Pod) bool {
+			return condition(p.Status.Conditions, corev1.PodReady) == corev1.ConditionTrue
+		})
+		t.Logf("gate set True: pod Ready %s later", time.Since(start).Round(time.Millisecond))
+	})
+	t.Run("ephemeral container", func(t *testing.T) {
+		p := pods["gates"]
+		p, err := client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What kubectl debug -it --image=busybox:1.36 --target=app sends.
+		p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, corev1.EphemeralContainer{
+			EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+				Name: "debugger", Image: "busybox:1.36", ImagePullPolicy: corev1.PullIfNotPresent,
+				Stdin: true, TTY: true, TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			},
+			TargetContainerName: "app",
+		})
+		start := time.Now()
+		if _, err := client.CoreV1().Pods(p.Namespace).UpdateEphemeralContainers(ctx, p.Name, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p = waitPod(ctx, t, client, p, "its ephemeral container running", func(p *corev1.Pod) bool {
+			ecs := p.Status.EphemeralContainerStatuses
+			return len(ecs) == 1 && ecs[0].State.Running != nil
+		})
+		t.Logf("ephemeral container added: Running in the API %s later", time.Since(start).Round(time.Millisecond))
+		if ec := p.Status.EphemeralContainerStatuses[0]; ec.Ready || ec.RestartCount != 0 || ec.ContainerID == "" {
+			t.Errorf("ephemeral container status %+v", ec)
+		}
+		if ev := kubeletEvents(ctx, t, client, p); ev["Pulling"] == 0 || ev["Started"] < 2 {
+			t.Errorf("events %v, want the debugger pulled and started", ev)
+		}
+	})
+	t.Run("in-place resize", func(t *testing.T) {
+		p := pods["resizable"]
+		start := time.Now()
+		// kubectl patch pod P --subresource resize --patch ...
+		patch := `{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"150m"},"limits":{"cpu":"300m"}}}]}}`
+		resized, err := client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize")
+		if err != nil {
+			t.Fatalf("the API server refused the resize: %v", err)
+		}
+		cpu := func(l corev1.ResourceList) string { return l.Cpu().String() }
+		p = waitPod(ctx, t, client, resized, "resized and reported", func(p *corev1.Pod) bool {
+			cs := p.Status.ContainerStatuses
+			return p.Status.ObservedGeneration == resized.Generation && findCondition(p.Status.Conditions, corev1.PodResizeInProgress) == nil &&
+				len(cs) == 1 && cs[0].Resources != nil && cpu(cs[0].Resources.Requests) == "150m" && cpu(cs[0].Resources.Limits) == "300m" &&
+				cpu(cs[0].AllocatedResources) == "150m"
+		})
+		t.Logf("resize to 150m/300m: done in the API %s later (generation %d)", time.Since(start).Round(time.Millisecond), p.Generation)
+		if cs := p.Status.ContainerStatuses[0]; cs.RestartCount != 0 {
+			t.Errorf("restarts %d: a NotRequired resize restarts nothing", cs.RestartCount)
+		}
+		if ev := kubeletEvents(ctx, t, client, p); ev["ResizeStarted"] != 1 || ev["ResizeCompleted"] != 1 {
+			t.Errorf("events %v, want one ResizeStarted and one ResizeCompleted", ev)
+		}
+		// The API server refuses a resize beyond the node's allocatable;
+		// one that fits it but not beside the other pods is the kubelet's
+		// to defer. A pod bound to the same node takes 7800m of its 8000m.
+		filler := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "filler", Namespace: p.Namespace},
+			Spec: corev1.PodSpec{NodeName: p.Spec.NodeName, Containers: []corev1.Container{{
+				Name: "app", Image: "registry.k8s.io/pause:3.10",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("7800m")}},
+			}}},
+		}
+		if filler, err = client.CoreV1().Pods(p.Namespace).Create(ctx, filler, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitPod(ctx, t, client, filler, "the filler running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		patch = `{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"300m"}}}]}}`
+		if resized, err = client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+			t.Fatal(err)
+		}
+		p = waitPod(ctx, t, client, resized, "the resize deferred", func(p *corev1.Pod) bool {
+			c := findCondition(p.Status.Conditions, corev1.PodResizePending)
+			return c != nil && c.Reason == corev1.PodReasonDeferred && c.ObservedGeneration == resized.Generation
+		})
+		if c := findCondition(p.Status.Conditions, corev1.PodResizePending); c.Message != "Node didn't have enough resource: cpu, requested: 300, used: 7800, capacity: 8000" {
+			t.Errorf("PodResizePending message %q, want the kubelet's admission message", c.Message)
+		}
+		if got := cpu(p.Status.ContainerStatuses[0].AllocatedResources); got != "150m" {
+			t.Errorf("allocated cpu %s while deferred, want 150m", got)
+		}
+		// The filler goes: the deferred resize is retried and done.
+		start = time.Now()
+		if err := client.CoreV1().Pods(p.Namespace).Delete(ctx, filler.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+		waitPod(ctx, t, client, resized, "resized once the filler is gone", func(p *corev1.Pod) bool {
+			cs := p.Status.ContainerStatuses
+			return findCondition(p.Status.Conditions, corev1.PodResizePending) == nil && findCondition(p.Status.Conditions, corev1.PodResizeInProgress) == nil &&
+				len(cs) == 1 && cs[0].Resources != nil && cpu(cs[0].Resources.Requests) == "300m"
+		})
+		t.Logf("deferred resize to 300m: done %s after the filler's deletion", time.Since(start).Round(time.Millisecond))
+	})
+	t.Run("static pods", func(t *testing.T) {
+		mirrors := map[string]*corev1.Pod{}
+		for _, node := range s.fleet.NodeNames() {
+			name := "node-agent-" + node
+			m := waitPod(ctx, t, client, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: name}}, "its mirror pod running", func(p *corev1.Pod) bool {
+				return p.Status.Phase == corev1.PodRunning && p.Annotations[corev1.MirrorPodAnnotationKey] != ""
+			})
+			if m.Spec.NodeName != node {
+				t.Errorf("mirror pod %s is on %q", name, m.Spec.NodeName)
+			}
+			mirrors[node] = m
+		}
+		// A deleted mirror pod is made again, as the kubelet does.
+		node := s.fleet.NodeNames()[0]
+		old := mirrors[node]
+		if err := client.CoreV1().Pods("kube-system").Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitPod(ctx, t, client, old, "its mirror pod made again", func(p *corev1.Pod) bool {
+			return p.UID != old.UID && p.Status.Phase == corev1.PodRunning
+		})
+	})
+
 	// Graceful deletion of everything, including the completed pod and the
 	// one with a preStop hook: the agents finish every deletion.
 	if err := client.CoreV1().Pods(loadprofiles.DefaultNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
@@ -277,6 +416,37 @@ func TestLifecycleProfile(t *testing.T) {
 	if ev := kubeletEvents(ctx, t, client, pods["graceful"]); ev["Killing"] == 0 {
 		t.Errorf("graceful pod events %v, want Killing", ev)
 	}
+}
+
+// waitPod polls pod until ok holds for it, for at most a minute.
+func waitPod(ctx context.Context, t *testing.T, client kubernetes.Interface, pod *corev1.Pod, what string, ok func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = p
+		return ok(p), nil
+	})
+	if err != nil {
+		status := "not found"
+		if last != nil {
+			status = describe(last)
+		}
+		t.Fatalf("pod %s/%s: not %s within a minute (%s)", pod.Namespace, pod.Name, what, status)
+	}
+	return last
+}
+
+func findCondition(conds []corev1.PodCondition, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
 }
 
 // containerConfig reads, from the CRI of pod's node, the mounts (by

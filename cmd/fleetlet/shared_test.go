@@ -79,7 +79,8 @@ func sharedFleet(t *testing.T, opts *sessionOptions, name string) {
 // removeFleet deletes what a test's fleet left on the shared control
 // plane once the fleet has stopped: its pods in the profiles' namespace,
 // at once (no agent is left to finish a graceful deletion), and its Nodes
-// (their Leases go with them, by owner reference), and waits until they
+// (their Leases go with them, by owner reference) with the pods bound to
+// them in other namespaces (mirror pods), and waits until they
 // are gone, so that the next test starts on a clean cluster.
 func removeFleet(ctx context.Context, t *testing.T, client kubernetes.Interface, nodes []string) {
 	t.Helper()
@@ -88,6 +89,17 @@ func removeFleet(ctx context.Context, t *testing.T, client kubernetes.Interface,
 		t.Errorf("deleting the test's pods: %v", err)
 	}
 	for _, n := range nodes {
+		// Pods bound to the node elsewhere: static pods' mirrors.
+		bound, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n})
+		if err != nil {
+			t.Errorf("listing the pods of node %s: %v", n, err)
+		} else {
+			for _, p := range bound.Items {
+				if err := client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil && !apierrors.IsNotFound(err) {
+					t.Errorf("deleting pod %s/%s: %v", p.Namespace, p.Name, err)
+				}
+			}
+		}
 		if err := client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("deleting node %s: %v", n, err)
 		}

@@ -70,6 +70,13 @@ type Config struct {
 	// Host is set when the runtime is real; nil (an emulated node) keeps
 	// the manager off the host's disk and cgroups.
 	Host *Host
+	// Actuated holds the resources each container was last given; nil
+	// resizes nothing in place.
+	Actuated Actuated
+	// RequestReinspect asks the PLEG to sync the pod at its next relist
+	// whether or not its containers changed, as the kubelet does after a
+	// resize so that the status shows it done; nil asks nothing.
+	RequestReinspect func(types.UID)
 }
 
 // runtimeHandler is the CRI handler of pod's RuntimeClass, "" for none.
@@ -352,6 +359,17 @@ func (m *Manager) SyncPod(ctx context.Context, pod *corev1.Pod, status *PodStatu
 
 	var errs []error
 	var until time.Time
+	if !actions.CreateSandbox {
+		// Step 6 of the kubelet's SyncPod: resize the running containers
+		// in place, before any container starts.
+		resized, err := m.resize(ctx, pod, status, sandbox.Id, sandboxConfig)
+		if resized && m.cfg.RequestReinspect != nil {
+			m.cfg.RequestReinspect(pod.UID)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	failed := func(err error) {
 		errs = append(errs, err)
 		var b *BackoffError
@@ -528,6 +546,10 @@ func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 	}
 	m.cfg.Events.Event(containerRef(pod, c.Name), corev1.EventTypeNormal, "Started", "Container started")
 	m.clearWaiting(pod.UID, c.Name)
+	if m.cfg.Actuated != nil {
+		// Created with the allocated resources: those are now actuated.
+		m.cfg.Actuated.SetActuatedContainer(pod.UID, c.Name, c.Resources)
+	}
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		if err := m.runPostStart(ctx, pod, c, id); err != nil {
 			return err

@@ -39,6 +39,9 @@ type Identity struct {
 	// reads like the kubelet's "<runtime name>://<version>".
 	KubeletVersion string
 	RuntimeVersion string
+	// DeclaredFeatures is status.declaredFeatures (DeclaredFeatures),
+	// which the kubelet computes once at its start.
+	DeclaredFeatures []string
 }
 
 // RuntimeState is what the last CRI Status call said about the runtime
@@ -101,6 +104,7 @@ func SetStatus(node *corev1.Node, id Identity, rt RuntimeState, now time.Time) {
 	st.DaemonEndpoints = corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: cmp.Or(id.KubeletPort, KubeletPort)}}
 	st.NodeInfo = nodeInfo(id)
 	st.Images = rt.Images
+	st.DeclaredFeatures = id.DeclaredFeatures
 	if rt.Runtime != nil {
 		st.RuntimeHandlers = rt.Runtime.Handlers
 		if rt.Runtime.Features != nil {

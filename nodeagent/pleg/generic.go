@@ -54,6 +54,10 @@ type Generic struct {
 	requested     map[types.UID]struct{}
 	requestSignal chan struct{}
 
+	// reinspect are pods to sync at the next relist even if none of their
+	// containers changed, the kubelet's podsToReinspect.
+	reinspect sync.Map
+
 	// last maps pod UID to its containers' states at the previous relist.
 	last map[types.UID]map[string]containerState
 
@@ -187,6 +191,12 @@ func (g *Generic) RequestRelist(_ context.Context, uid types.UID) {
 	}
 }
 
+// RequestReinspect has the next relist that sees the pod emit a PodSync
+// event for it if its containers did not change, as the kubelet's
+// RequestReinspect: the runtime manager asks it after resizing a pod, whose
+// containers' states stay as they were.
+func (g *Generic) RequestReinspect(uid types.UID) { g.reinspect.Store(uid, struct{}{}) }
+
 // RelistPod lists one pod's containers and emits an event for each whose
 // state changed since it was last seen.
 func (g *Generic) RelistPod(ctx context.Context, uid types.UID) error {
@@ -263,19 +273,23 @@ func (g *Generic) Relist(ctx context.Context) error {
 
 // diff emits the events that take a pod's containers from before to now.
 func (g *Generic) diff(ctx context.Context, uid types.UID, before, now map[string]containerState) {
+	emitted := false
 	for id, st := range now {
-		g.emit(ctx, uid, id, before[id], st)
+		emitted = g.emit(ctx, uid, id, before[id], st) || emitted
 	}
 	for id, st := range before {
 		if _, ok := now[id]; !ok {
-			g.emit(ctx, uid, id, st, stateNonExistent)
+			emitted = g.emit(ctx, uid, id, st, stateNonExistent) || emitted
 		}
+	}
+	if _, reinspect := g.reinspect.LoadAndDelete(uid); reinspect && !emitted {
+		g.send(ctx, &Event{ID: uid, Type: PodSync})
 	}
 }
 
-func (g *Generic) emit(ctx context.Context, uid types.UID, id string, from, to containerState) {
+func (g *Generic) emit(ctx context.Context, uid types.UID, id string, from, to containerState) bool {
 	if from == to {
-		return
+		return false
 	}
 	var t EventType
 	switch to {
@@ -293,11 +307,16 @@ func (g *Generic) emit(ctx context.Context, uid types.UID, id string, from, to c
 	default:
 		t = ContainerChanged
 	}
+	g.send(ctx, &Event{ID: uid, Type: t, Data: id})
+	return true
+}
+
+func (g *Generic) send(ctx context.Context, e *Event) {
 	select {
-	case g.events <- &Event{ID: uid, Type: t, Data: id}:
+	case g.events <- e:
 	default:
 		g.metrics.IncPLEGDiscardEvents()
-		klog.FromContext(ctx).Error(nil, "Event channel is full, discard this relist() cycle event", "podUID", uid, "type", t)
+		klog.FromContext(ctx).Error(nil, "Event channel is full, discard this relist() cycle event", "podUID", e.ID, "type", e.Type)
 	}
 }
 

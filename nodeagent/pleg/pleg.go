@@ -16,6 +16,9 @@ const (
 	ContainerDied    EventType = "ContainerDied"
 	ContainerRemoved EventType = "ContainerRemoved"
 	ContainerChanged EventType = "ContainerChanged"
+	// PodSync asks for a pod's sync after a reinspection that found no
+	// container change (RequestReinspect).
+	PodSync EventType = "PodSync"
 )
 
 // Event says that a pod's container changed.

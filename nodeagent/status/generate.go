@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,6 +49,11 @@ type Input struct {
 	// Status says: a read-only mount that asks for it IfPossible then
 	// reports Enabled.
 	RecursiveReadOnlyMounts bool
+	// ResizeConditions are the pod's PodResizePending and
+	// PodResizeInProgress conditions, as the allocation manager holds
+	// them; they come before the kubelet's other conditions, with their
+	// own times.
+	ResizeConditions []corev1.PodCondition
 	// Terminal is set once the kubelet stopped the pod for good (it is being
 	// deleted): the phase is then terminal, as kubelets report since 1.27:
 	// Succeeded when every container exited 0, Failed otherwise, unless the
@@ -188,6 +194,15 @@ func Generate(in Input) corev1.PodStatus {
 		if old != nil && old.Status == c.Status {
 			c.LastTransitionTime = old.LastTransitionTime
 		}
+	}
+	// generateAPIPodStatus appends the resize conditions right after those
+	// it does not own, before its own.
+	if len(in.ResizeConditions) > 0 {
+		n := 0
+		for n < len(conds) && !kubeletOwned(conds[n].Type) {
+			n++
+		}
+		conds = slices.Insert(conds, n, in.ResizeConditions...)
 	}
 	st.Conditions = conds
 	return st
@@ -410,4 +425,26 @@ func findCondition(conds []corev1.PodCondition, t corev1.PodConditionType) *core
 		}
 	}
 	return nil
+}
+
+// NeedToReconcilePodReadiness is the kubelet's: a pod with readiness gates
+// whose Ready condition in the API is not what its gates' conditions (set
+// by someone else, a status update the kubelet would otherwise ignore) now
+// make it. The kubelet's pod config hands such an update on as a reconcile,
+// and the pod is synced. Only a pod whose containers are ready can change
+// this way.
+func NeedToReconcilePodReadiness(pod *corev1.Pod) bool {
+	if len(pod.Spec.ReadinessGates) == 0 {
+		return false
+	}
+	ready := findCondition(pod.Status.Conditions, corev1.PodReady)
+	containers := findCondition(pod.Status.Conditions, corev1.ContainersReady)
+	if ready == nil || containers == nil || containers.Status != corev1.ConditionTrue || isTerminal(pod.Status.Phase) {
+		return false
+	}
+	status, message := corev1.ConditionTrue, ""
+	if msgs := unmetReadinessGates(pod); len(msgs) > 0 {
+		status, message = corev1.ConditionFalse, strings.Join(msgs, ", ")
+	}
+	return ready.Status != status || ready.Message != message
 }
