@@ -197,3 +197,37 @@ func TestAgentReconcilesReadinessGate(t *testing.T) {
 		t.Fatalf("Ready = %+v after the gate turned True, want True without a resync", condition(h.pod(t, "web"), corev1.PodReady))
 	}
 }
+
+// TestAgentResizesPodLevelResources: a resize of the pod-level resources
+// (InPlacePodLevelResourcesVerticalScaling) is allocated and read back from
+// the pod's cgroup into status.resources.
+func TestAgentResizesPodLevelResources(t *testing.T) {
+	h := startAgent(t)
+	ctx := context.Background()
+	h.allocatePodCIDR(t)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web", Generation: 1},
+		Spec: corev1.PodSpec{
+			NodeName: "n1", RestartPolicy: corev1.RestartPolicyAlways,
+			Resources:  &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")}, Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")}},
+			Containers: []corev1.Container{{Name: "app", Image: "nginx:1.27"}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}},
+	}
+	if _, err := h.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(t, "the pod runs", func() bool { return h.pod(t, "web").Status.Phase == corev1.PodRunning })
+	p := h.pod(t, "web")
+	p.Generation = 2
+	p.Spec.Resources.Requests[corev1.ResourceCPU], p.Spec.Resources.Limits[corev1.ResourceCPU] = resource.MustParse("2"), resource.MustParse("2")
+	if _, err := h.client.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(t, "the pod-level resize is allocated and read back", func() bool {
+		p := h.pod(t, "web")
+		return p.Status.ObservedGeneration == 2 && p.Status.AllocatedResources.Cpu().Cmp(resource.MustParse("2")) == 0 &&
+			p.Status.Resources != nil && p.Status.Resources.Limits.Cpu().Cmp(resource.MustParse("2")) == 0 &&
+			condition(p, corev1.PodResizeInProgress) == nil && h.hasEventPrefix(allocation.ResizeCompleted, "")
+	})
+}

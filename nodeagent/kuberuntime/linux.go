@@ -134,7 +134,13 @@ func PodQOS(pod *corev1.Pod) corev1.PodQOSClass {
 	}
 	supported := []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory}
 	requested, guaranteed := false, true
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+	lists := [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers}
+	if resourcehelper.IsPodLevelResourcesSet(pod) {
+		// Pod-level resources decide alone (PodLevelResources, on since
+		// 1.34), as if they were one container's.
+		lists = [][]corev1.Container{{{Resources: *pod.Spec.Resources}}}
+	}
+	for _, list := range lists {
 		for i := range list {
 			r := list[i].Resources
 			for _, name := range supported {

@@ -180,3 +180,20 @@ func TestEmulatedNodeStaysOffTheHost(t *testing.T) {
 		t.Errorf("cgroup parent %q on an emulated node", p)
 	}
 }
+
+// TestPodQOSFromPodLevelResources: pod-level resources decide the class,
+// as ComputePodQOS with PodLevelResources on.
+func TestPodQOSFromPodLevelResources(t *testing.T) {
+	q := resource.MustParse("1")
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		Resources:  &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q, corev1.ResourceMemory: q}, Limits: corev1.ResourceList{corev1.ResourceCPU: q, corev1.ResourceMemory: q}},
+		Containers: []corev1.Container{{Name: "a"}},
+	}}
+	if got := PodQOS(pod); got != corev1.PodQOSGuaranteed {
+		t.Errorf("QoS %s, want Guaranteed from the pod-level resources", got)
+	}
+	delete(pod.Spec.Resources.Limits, corev1.ResourceMemory)
+	if got := PodQOS(pod); got != corev1.PodQOSBurstable {
+		t.Errorf("QoS %s, want Burstable", got)
+	}
+}
