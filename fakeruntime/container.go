@@ -503,7 +503,7 @@ func (c *container) fillMetadata(md *runtimeapi.ContainerMetadata) *runtimeapi.C
 
 func (c *container) fillImageSpec(spec *runtimeapi.ImageSpec) *runtimeapi.ImageSpec {
 	spec.Image = c.imageName
-	spec.Annotations = maps.Clone(c.imageAnnotations)
+	spec.Annotations = c.imageAnnotations
 	spec.UserSpecifiedImage = c.userImage
 	spec.RuntimeHandler = c.imageHandler
 	return spec
@@ -518,8 +518,8 @@ func (c *container) fillListItem(item *runtimeapi.Container, md *runtimeapi.Cont
 	item.ImageRef = c.imageID
 	item.State = c.state
 	item.CreatedAt = c.createdAt
-	item.Labels = maps.Clone(c.labels)
-	item.Annotations = maps.Clone(c.annotations)
+	item.Labels = c.labels
+	item.Annotations = c.annotations
 	item.ImageId = c.imageID
 }
 
@@ -562,8 +562,8 @@ func (c *container) toStatus(imageRef string) *runtimeapi.ContainerStatus {
 		ImageRef:    imageRef,
 		Reason:      c.reason,
 		Message:     c.message,
-		Labels:      maps.Clone(c.labels),
-		Annotations: maps.Clone(c.annotations),
+		Labels:      c.labels,
+		Annotations: c.annotations,
 		LogPath:     c.logPath,
 		ImageId:     c.imageID,
 		Mounts:      c.config.GetMounts(),

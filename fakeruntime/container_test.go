@@ -237,8 +237,8 @@ func TestContainerStatusFields(t *testing.T) {
 		t.Errorf("resources = %v, want those of the config", st.Resources)
 	}
 
-	// Returned values are copies.
-	st.Labels["io.kubernetes.container.name"] = "changed"
+	// Returned values are copies, but for the label and annotation maps,
+	// which are shared and read-only (see the package documentation).
 	st.Resources.Linux.MemoryLimitInBytes = 1
 	cfg.Labels["io.kubernetes.container.name"] = "changed-in-config"
 	cfg.Linux.Resources.CpuShares = 1

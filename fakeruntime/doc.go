@@ -8,6 +8,14 @@
 // Runtime on a unix socket as a real CRI v1 gRPC server, for k8s.io/cri-client
 // and crictl.
 //
+// In-process callers get the runtime's own label and annotation maps in
+// what the list, status and stats calls return: the maps are copied once,
+// when a sandbox or container is created, and never written after, so
+// sharing them is safe for readers, and saves a copy per object per call
+// (every PLEG relist and every stats scrape lists every container). A
+// caller must not modify them; the kubelet's code does not. Over the
+// socket, gRPC serialises them as always.
+//
 // Nothing runs: containers are records whose state changes when the agent
 // calls the API, or when their behaviour says so. Where CRI leaves room, the
 // Runtime behaves like containerd, so that an agent written against the fake

@@ -256,8 +256,8 @@ func (sb *sandbox) fillListItem(item *runtimeapi.PodSandbox, md *runtimeapi.PodS
 	item.Metadata = sb.fillMetadata(md)
 	item.State = sb.state
 	item.CreatedAt = sb.createdAt
-	item.Labels = maps.Clone(sb.labels)
-	item.Annotations = maps.Clone(sb.annotations)
+	item.Labels = sb.labels
+	item.Annotations = sb.annotations
 	item.RuntimeHandler = sb.runtimeHandler
 }
 
@@ -269,8 +269,8 @@ func (sb *sandbox) toStatus() *runtimeapi.PodSandboxStatus {
 		CreatedAt:      sb.createdAt,
 		Network:        &runtimeapi.PodSandboxNetworkStatus{},
 		Linux:          &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{Options: copyNamespaceOption(sb.namespaces)}},
-		Labels:         maps.Clone(sb.labels),
-		Annotations:    maps.Clone(sb.annotations),
+		Labels:         sb.labels,
+		Annotations:    sb.annotations,
 		RuntimeHandler: sb.runtimeHandler,
 	}
 	if st.Linux.Namespaces.Options == nil {

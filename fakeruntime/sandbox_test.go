@@ -85,8 +85,9 @@ func TestRunPodSandboxStatus(t *testing.T) {
 		t.Errorf("namespace options = %v", ns)
 	}
 
-	// What a caller gets is a copy: changing it changes nothing inside.
-	st.Labels["app"] = "changed"
+	// What a caller passes in is copied, and what it gets is its own
+	// struct; the label and annotation maps it gets are shared and
+	// read-only (see the package documentation).
 	st.Metadata.Name = "changed"
 	cfg.Labels["app"] = "changed-in-config"
 	again := sandboxStatus(t, rt, id)

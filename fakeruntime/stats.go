@@ -3,7 +3,6 @@ package fakeruntime
 import (
 	"cmp"
 	"context"
-	"maps"
 	"math"
 	"slices"
 	"time"
@@ -183,8 +182,8 @@ func (r *Runtime) sandboxStatsLocked(sb *sandbox, now int64) *runtimeapi.PodSand
 	blk.attrs = runtimeapi.PodSandboxAttributes{
 		Id:          sb.id,
 		Metadata:    sb.fillMetadata(&blk.md),
-		Labels:      maps.Clone(sb.labels),
-		Annotations: maps.Clone(sb.annotations),
+		Labels:      sb.labels,
+		Annotations: sb.annotations,
 	}
 	blk.linux = runtimeapi.LinuxPodSandboxStats{
 		Cpu:        fillCPUUsage(&blk.cpu, now, total, blk.values[0:2]),
@@ -227,8 +226,8 @@ func (c *container) toStats(now int64, u usage) *runtimeapi.ContainerStats {
 	blk.attrs = runtimeapi.ContainerAttributes{
 		Id:          c.id,
 		Metadata:    c.fillMetadata(&blk.md),
-		Labels:      maps.Clone(c.labels),
-		Annotations: maps.Clone(c.annotations),
+		Labels:      c.labels,
+		Annotations: c.annotations,
 	}
 	blk.values[6].Value, blk.values[7].Value = u.writableLayer, inodes(u.writableLayer)
 	blk.fsID.Mountpoint = imageFsMountpoint
