@@ -45,8 +45,12 @@ type ControlPlane struct {
 	apiserverURL    string
 	adminKubeconfig string
 	metricsURLs     map[string]string
-	// procs is in start order; Stop walks it backwards.
-	procs []*process
+	// procs is in start order; Stop walks it backwards. started holds
+	// each ready component with its ports, so that Restart can start it
+	// again as it was. mu guards both against Kill and Restart.
+	mu      sync.Mutex
+	procs   []*process
+	started map[string]startedComponent
 
 	stopOnce sync.Once
 	stopErr  error
@@ -172,6 +176,12 @@ func (cp *ControlPlane) startComponent(ctx context.Context, c component) ([]int,
 		cp.procs = append(cp.procs, proc)
 		err = cp.waitReady(ctx, c, proc, ports)
 		if err == nil {
+			cp.mu.Lock()
+			if cp.started == nil {
+				cp.started = map[string]startedComponent{}
+			}
+			cp.started[c.name] = startedComponent{component: c, ports: ports, proc: proc}
+			cp.mu.Unlock()
 			cp.logger.Info("Component ready", "component", c.name, "pid", proc.pid(), "ports", ports, "duration", time.Since(begin).Round(time.Millisecond))
 			return ports, nil
 		}
@@ -369,6 +379,8 @@ func (cp *ControlPlane) Stop() error {
 
 func (cp *ControlPlane) stop() error {
 	var errs []error
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	for i := len(cp.procs) - 1; i >= 0; i-- {
 		p := cp.procs[i]
 		begin := time.Now()

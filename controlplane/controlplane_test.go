@@ -196,6 +196,24 @@ func TestControlPlane(t *testing.T) {
 		t.Errorf("admin kubeconfig: %v", err)
 	}
 
+	// The API server crashes and is started again on the same port: what
+	// was written survives, and clients made before go on working.
+	if err := cp.Kill(ComponentAPIServer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err == nil {
+		t.Error("the API server answered after it was killed")
+	}
+	if err := cp.Restart(ctx, ComponentAPIServer); err != nil {
+		t.Fatalf("restarting the API server: %v", err)
+	}
+	if _, err := admin.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
+		t.Errorf("node n1 after the API server's restart: %v", err)
+	}
+	if err := cp.Kill("no-such-component"); err == nil {
+		t.Error("Kill of an unknown component succeeded")
+	}
+
 	var pids []int
 	for _, p := range cp.procs {
 		pids = append(pids, p.pid())

@@ -47,9 +47,6 @@ type Config struct {
 type Manager struct {
 	cfg          Config
 	lastReported time.Time
-	// lastStatus is the status last posted; comparing against it rather than
-	// the informer's copy avoids posting again before the watch catches up.
-	lastStatus *corev1.NodeStatus
 	// reportDelay is added once to the next periodic report after a change
 	// or a start, as the kubelet's delayAfterNodeStatusChange: nodes that
 	// registered together would otherwise post their unchanged status
@@ -136,30 +133,34 @@ func (m *Manager) SyncNodeStatus(ctx context.Context) error {
 		return fmt.Errorf("node %s not in the informer cache yet: %w", m.cfg.Identity.Name, err)
 	}
 	now := m.cfg.Clock.Now()
+	// As the kubelet's tryUpdateNodeStatus: the status is computed on a
+	// copy of the Node the informer holds and compared with it, not with
+	// what was sent last. So whatever else wrote the Node's status (the
+	// node lifecycle controller setting every condition Unknown while the
+	// API server or the node was unreachable) is seen as a change within
+	// one UpdateFrequency of the informer seeing it, and overwritten: the
+	// node is Ready again then, rather than at its next periodic report.
 	updated := node.DeepCopy()
-	if m.lastStatus != nil {
-		// Start from what we last sent: the informer may lag behind it.
-		updated.Status = *m.lastStatus.DeepCopy()
-	}
 	rt := m.cfg.RuntimeState(ctx)
 	m.refreshImages(ctx, now)
 	rt.Images = m.images
 	SetStatus(updated, m.cfg.Identity, rt, now)
-	changed := m.lastStatus == nil || Changed(m.lastStatus, &updated.Status)
-	if !changed && now.Sub(m.lastReported) < m.cfg.ReportFrequency+m.reportDelay {
+	changed := Changed(&node.Status, &updated.Status)
+	if !changed && !m.lastReported.IsZero() && now.Sub(m.lastReported) < m.cfg.ReportFrequency+m.reportDelay {
 		return nil
+	}
+	// A change or the first report since the start gets a new random
+	// delay; a periodic report resets it, so the node then reports at a
+	// fixed interval, phase-shifted from its peers.
+	if changed || m.lastReported.IsZero() {
+		m.reportDelay = time.Duration(float64(m.cfg.ReportFrequency) * (m.rng.Float64() - 0.5))
+	} else {
+		m.reportDelay = 0
 	}
 	if _, _, err := nodeutil.PatchNodeStatus(m.cfg.Client.CoreV1(), types.NodeName(node.Name), node, updated); err != nil {
 		return err
 	}
 	m.lastReported = now
-	m.lastStatus = updated.Status.DeepCopy()
-	// A periodic report resets the delay, so the node then reports at a
-	// fixed interval, phase-shifted from its peers.
-	m.reportDelay = 0
-	if changed {
-		m.reportDelay = time.Duration(float64(m.cfg.ReportFrequency) * (m.rng.Float64() - 0.5))
-	}
 	return nil
 }
 

@@ -206,3 +206,68 @@ func TestImagesChange(t *testing.T) {
 		t.Errorf("images after the pull = %v, want nginx then pause", node.Status.Images)
 	}
 }
+
+// TestStatusOverwrittenByTheControllerIsPostedAgain: the node lifecycle
+// controller set every condition Unknown while the node could not reach
+// the API server. The Node the informer holds then differs from what the
+// node computes, so the next update (10 s later at most) posts Ready
+// again, long before the periodic report is due, as the kubelet does.
+func TestStatusOverwrittenByTheControllerIsPostedAgain(t *testing.T) {
+	ctx := context.Background()
+	clk := testingclock.NewFakeClock(t0)
+	id := identity()
+	client := fake.NewClientset(InitialNode(id, t0))
+	m := NewManager(Config{
+		Identity: id, Client: client, Clock: clk,
+		GetNode: func() (*corev1.Node, error) {
+			return client.CoreV1().Nodes().Get(ctx, id.Name, metav1.GetOptions{})
+		},
+		RuntimeState:    func(context.Context) RuntimeState { return RuntimeState{Ready: true} },
+		UpdateFrequency: 10 * time.Second, ReportFrequency: 5 * time.Minute,
+	})
+	sync := func(at time.Duration) {
+		t.Helper()
+		clk.SetTime(t0.Add(at))
+		if err := m.SyncNodeStatus(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync(0)
+	sync(10 * time.Second)
+	if got := statusPatches(client); got != 1 {
+		t.Fatalf("%d status patches with nothing changed, want 1", got)
+	}
+	// What the controller writes after the grace period.
+	node, err := client.CoreV1().Nodes().Get(ctx, id.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range node.Status.Conditions {
+		c := &node.Status.Conditions[i]
+		c.Status, c.Reason, c.Message = corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status."
+		c.LastTransitionTime = metav1.NewTime(t0.Add(55 * time.Second))
+	}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sync(70 * time.Second)
+	if got := statusPatches(client); got != 2 {
+		t.Fatalf("%d status patches after the controller's Unknown, want 2", got)
+	}
+	node, err = client.CoreV1().Nodes().Get(ctx, id.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Status == corev1.ConditionUnknown {
+			t.Errorf("%s still Unknown", c.Type)
+		}
+		if c.Type == corev1.NodeReady && (c.Status != corev1.ConditionTrue || !c.LastTransitionTime.Time.Equal(t0.Add(70*time.Second))) {
+			t.Errorf("Ready = %s since %v, want True since the re-post", c.Status, c.LastTransitionTime)
+		}
+	}
+	sync(80 * time.Second)
+	if got := statusPatches(client); got != 2 {
+		t.Errorf("%d status patches once the Node holds the status again, want 2", got)
+	}
+}

@@ -1,0 +1,188 @@
+//go:build integration
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/fleetlet/fleetlet/controlplane"
+	"github.com/fleetlet/fleetlet/loadprofiles"
+)
+
+// TestAPIServerOutage kills the API server for 60 s under 30 agents
+// holding 300 running pods, then starts it again, as #20 measured it: no
+// pod may be lost, no container restarted, and every node the node
+// lifecycle controller marked Unknown (it sees their leases 60 s old as it
+// comes back) must be Ready again once its agent sees the mark. An agent,
+// as a kubelet, compares the Node its informer holds with the status it
+// computes every 10 s, so it posts its status again at most 10 s after its
+// informer has the controller's write. The informer's watch comes back
+// after client-go's reflector back-off, as a kubelet's does: at most 30 s,
+// jittered up to twice that, after a 60 s outage. Hence the bound.
+func TestAPIServerOutage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	const nodes, pods = 30, 300
+	profile, err := loadprofiles.Load("smoke")
+	if err != nil {
+		t.Fatal(err)
+	}
+	profile.NodePools[0].Count = nodes
+	profile.Phases = slices.DeleteFunc(profile.Phases, func(ph loadprofiles.Phase) bool { return ph.Create == nil && ph.WaitRunning == nil })
+	profile.Phases[0].Create.Count = pods
+	dir := t.TempDir()
+	if d := os.Getenv("FLEETLET_OUTAGE_DIR"); d != "" {
+		dir = d // kept for reading the components' logs
+	}
+	opts, err := optionsFrom(testSettings(t, criInProc), profile, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Schedulable = true
+	// A control plane of its own: this one is killed.
+	r, err := startRun(ctx, opts)
+	if r != nil {
+		t.Cleanup(func() {
+			if err := r.Close(); err != nil {
+				t.Errorf("closing the session: %v", err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.drive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client := r.client
+	type seen struct {
+		uid        string
+		containers string
+		restarts   int32
+	}
+	snapshot := func() map[string]seen {
+		t.Helper()
+		list, err := client.CoreV1().Pods(loadprofiles.DefaultNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]seen{}
+		for _, p := range list.Items {
+			s := seen{uid: string(p.UID)}
+			if p.Status.Phase != corev1.PodRunning {
+				s.containers = "not running: " + string(p.Status.Phase)
+			}
+			for _, cs := range p.Status.ContainerStatuses {
+				s.containers += cs.ContainerID + " "
+				s.restarts += cs.RestartCount
+			}
+			out[p.Name] = s
+		}
+		return out
+	}
+	before := snapshot()
+	if len(before) != pods {
+		t.Fatalf("%d pods before the outage, want %d", len(before), pods)
+	}
+
+	cp := r.cluster.cp
+	down := time.Now()
+	if err := cp.Kill(controlplane.ComponentAPIServer); err != nil {
+		t.Fatal(err)
+	}
+	// The outage itself: nothing to wait for but its length.
+	select {
+	case <-time.After(60 * time.Second):
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	if err := cp.Restart(ctx, controlplane.ComponentAPIServer); err != nil {
+		t.Fatal(err)
+	}
+	up := time.Now()
+	t.Logf("API server down at 0 s, started again at %.1f s, ready at %.1f s", 0.0, up.Sub(down).Seconds())
+
+	// Watch every node for 90 s from the API server's readiness: the
+	// controller acts within its first passes, and a node it marked must
+	// be Ready again within 30 s.
+	names := r.fleet.NodeNames()
+	lastNotReady := map[string]time.Duration{}
+	everNotReady := map[string]bool{}
+	type transition struct {
+		at    time.Duration
+		state string
+	}
+	transitions := map[string][]transition{}
+	var allReady bool
+	_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		ready := 0
+		for _, n := range list.Items {
+			if !slices.Contains(names, n.Name) {
+				continue
+			}
+			ok := false
+			for _, c := range n.Status.Conditions {
+				if c.Type != corev1.NodeReady {
+					continue
+				}
+				ok = c.Status == corev1.ConditionTrue
+				state := fmt.Sprintf("%s %s (heartbeat %.1f s)", c.Status, c.Reason, c.LastHeartbeatTime.Sub(up).Seconds())
+				if transitions[n.Name] == nil || transitions[n.Name][len(transitions[n.Name])-1].state != state {
+					transitions[n.Name] = append(transitions[n.Name], transition{time.Since(up), state})
+				}
+			}
+			if ok {
+				ready++
+			} else {
+				everNotReady[n.Name] = true
+				lastNotReady[n.Name] = time.Since(up)
+			}
+		}
+		allReady = ready == len(names)
+		return false, nil
+	})
+	var worst time.Duration
+	for name, d := range lastNotReady {
+		worst = max(worst, d)
+		var lines []string
+		for _, tr := range transitions[name] {
+			lines = append(lines, fmt.Sprintf("%6.1f s %s", tr.at.Seconds(), tr.state))
+		}
+		t.Logf("%s, from the API server's readiness:\n  %s", name, strings.Join(lines, "\n  "))
+	}
+	t.Logf("%d of %d nodes were seen NotReady after the restart; the last was Ready again %.1f s after the API server's readiness",
+		len(everNotReady), len(names), worst.Seconds())
+	if !allReady {
+		t.Errorf("not every node Ready 90 s after the API server came back")
+	}
+	if bound := 2*30*time.Second + 10*time.Second + 5*time.Second; worst > bound {
+		t.Errorf("a node was NotReady %.1f s after the API server's readiness, want Ready within %s (the reflector's longest back-off, one status update, 5 s)", worst.Seconds(), bound)
+	}
+
+	after := snapshot()
+	for name, b := range before {
+		a, ok := after[name]
+		switch {
+		case !ok:
+			t.Errorf("pod %s lost", name)
+		case a.uid != b.uid:
+			t.Errorf("pod %s was replaced", name)
+		case a.containers != b.containers || a.restarts != b.restarts:
+			t.Errorf("pod %s: containers %q (restarts %d) before the outage, %q (%d) after", name, b.containers, b.restarts, a.containers, a.restarts)
+		}
+	}
+}
