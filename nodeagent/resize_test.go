@@ -54,18 +54,14 @@ func TestAgentResizesInPlace(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web", Generation: 1},
 		Spec: corev1.PodSpec{
-			NodeName: "n1", RestartPolicy: corev1.RestartPolicyAlways,
 			Containers: []corev1.Container{
 				{Name: "app", Image: "nginx:1.27", Resources: resources("500m", "128Mi", "1", "256Mi")},
 				{Name: "db", Image: "redis:7", Resources: resources("250m", "128Mi", "500m", "128Mi"),
 					ResizePolicy: []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceMemory, RestartPolicy: corev1.RestartContainer}}},
 			},
 		},
-		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}},
 	}
-	if _, err := h.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	h.createPod(t, pod)
 	h.eventually(t, "the pod runs", func() bool { return h.pod(t, "web").Status.Phase == corev1.PodRunning })
 
 	// What kubectl patch --subresource resize does: the API server moves
@@ -145,6 +141,17 @@ func TestAgentResizesInPlace(t *testing.T) {
 	})
 }
 
+// createPod creates pod bound to the harness's node, Pending and
+// scheduled, as the scheduler leaves it.
+func (h *harness) createPod(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	pod.Spec.NodeName, pod.Spec.RestartPolicy = "n1", corev1.RestartPolicyAlways
+	pod.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}}
+	if _, err := h.client.CoreV1().Pods(pod.Namespace).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // hasEventPrefix reports an event with that reason whose message starts so.
 func (h *harness) hasEventPrefix(reason, prefix string) bool {
 	events, err := h.client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
@@ -170,15 +177,11 @@ func TestAgentReconcilesReadinessGate(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web"},
 		Spec: corev1.PodSpec{
-			NodeName: "n1", RestartPolicy: corev1.RestartPolicyAlways,
 			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/lb-ready"}},
 			Containers:     []corev1.Container{{Name: "app", Image: "nginx:1.27"}},
 		},
-		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}},
 	}
-	if _, err := h.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	h.createPod(t, pod)
 	h.eventually(t, "the pod runs, held unready by its gate", func() bool {
 		p := h.pod(t, "web")
 		c, r := condition(p, corev1.ContainersReady), condition(p, corev1.PodReady)
@@ -208,15 +211,11 @@ func TestAgentResizesPodLevelResources(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web", Generation: 1},
 		Spec: corev1.PodSpec{
-			NodeName: "n1", RestartPolicy: corev1.RestartPolicyAlways,
 			Resources:  &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")}, Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")}},
 			Containers: []corev1.Container{{Name: "app", Image: "nginx:1.27"}},
 		},
-		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}},
 	}
-	if _, err := h.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	h.createPod(t, pod)
 	h.eventually(t, "the pod runs", func() bool { return h.pod(t, "web").Status.Phase == corev1.PodRunning })
 	p := h.pod(t, "web")
 	p.Generation = 2
