@@ -188,6 +188,7 @@ func (a *Agent) onStaticPodRemove(pod *corev1.Pod) {
 	delete(a.admitted, pod.UID)
 	delete(a.rejected, pod.UID)
 	a.mu.Unlock()
+	a.allocation.RemovePod(pod.UID)
 	if !started {
 		a.workers.Forget(pod.UID)
 		return
