@@ -6,8 +6,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
