@@ -42,7 +42,9 @@ const (
 const RetryDelay = 3 * time.Minute
 
 // ResourceInfo is what a pod was allocated (or actuated): each resizable
-// container's resources by name, and the pod-level resources.
+// container's resources by name, and the pod-level resources. Of the
+// actuated, only containers' are kept: the pod's cgroup in this model is
+// computed from the allocated pod, so it is actuated with it.
 type ResourceInfo struct {
 	Containers map[string]corev1.ResourceRequirements
 	Pod        *corev1.ResourceRequirements
@@ -471,33 +473,6 @@ func (m *Manager) SetActuatedContainer(uid types.UID, name string, res corev1.Re
 	}
 	info.Containers[name] = *res.DeepCopy()
 	m.actuated[uid] = info
-}
-
-// ActuatedPod is the pod-level resources last set on the pod's cgroup.
-func (m *Manager) ActuatedPod(uid types.UID) (*corev1.ResourceRequirements, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	info, ok := m.actuated[uid]
-	return info.Pod, ok && info.Pod != nil
-}
-
-// SetActuatedPod records the pod-level resources set on its cgroup.
-func (m *Manager) SetActuatedPod(uid types.UID, res *corev1.ResourceRequirements) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	info := m.actuated[uid]
-	info.Pod = res.DeepCopy()
-	m.actuated[uid] = info
-}
-
-// InitializeActuated records an allocated pod's resources as actuated the
-// first time its sandbox is made, as the kubelet's InitializeActuatedPod.
-func (m *Manager) InitializeActuated(allocated *corev1.Pod) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.actuated[allocated.UID]; !ok {
-		m.actuated[allocated.UID] = ResourceInfoForPod(allocated)
-	}
 }
 
 // ResizeMessage is the kubelet's podResizeMessage: a prefix and the
