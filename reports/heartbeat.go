@@ -35,6 +35,8 @@ type LeaseLateness struct {
 	hist     *hdrhistogram.Histogram
 	writes   *hdrhistogram.Histogram
 	renewals int64
+	// latest is the largest lateness since the last TakeLatest.
+	latest time.Duration
 
 	// The same two distributions as Prometheus histograms, never reset:
 	// a report has the window's figures, a scrape shows when in a long run
@@ -99,6 +101,7 @@ func (l *LeaseLateness) renewed(lease string, sent, at time.Time) {
 	if prev, ok := l.last[lease]; ok {
 		late := max(at.Sub(prev)-l.interval, 0)
 		recordMicros(l.hist, late)
+		l.latest = max(l.latest, late)
 		l.latenessMetric.Observe(late.Seconds())
 		l.renewals++
 	}
@@ -114,6 +117,17 @@ func (l *LeaseLateness) Restart() {
 	l.hist.Reset()
 	l.writes.Reset()
 	l.renewals = 0
+}
+
+// TakeLatest returns the largest lateness of any renewal since the previous
+// call (or the start), and starts a new interval: a soak's per-interval
+// worst, which Restart's window would lose.
+func (l *LeaseLateness) TakeLatest() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	latest := l.latest
+	l.latest = 0
+	return latest
 }
 
 // HeartbeatStats is the load a fleet's heartbeats put on the control plane,

@@ -201,6 +201,11 @@ func TestBadInputs(t *testing.T) {
 		{name: "fleet negative ready timeout", args: []string{"fleet", "--ready-timeout", "-1s"}, want: []string{"--ready-timeout -1s", "wait until interrupted"}},
 		{name: "bench no sizes", args: []string{"bench", "fleet", "--nodes", "0"}, want: []string{`--nodes "0"`, "positive numbers"}},
 		{name: "bench no runs", args: []string{"bench", "fleet", "--repeat", "0"}, want: []string{"--repeat 0"}},
+		{name: "soak without churn", args: []string{"bench", "soak", "--profile", "smoke"}, want: []string{"profile smoke has no churn phase", "built-in soak profile"}},
+		{name: "soak interval too short", args: []string{"bench", "soak", "--interval", "10ms"}, want: []string{"--interval 10ms", "1s or more"}},
+		{name: "soak zero growth", args: []string{"bench", "soak", "--max-growth", "0"}, want: []string{"--max-growth 0", "positive fraction"}},
+		{name: "soak over an earlier soak", args: []string{"bench", "soak", "--out", "o"}, files: map[string]string{"o/soak.json": "{}"},
+			want: []string{"already holds soak.json", "new directory"}},
 
 		// The fake runtime's socket.
 		{name: "serve without a socket", args: []string{"fakeruntime", "serve"}, want: []string{"--socket is required"}},

@@ -68,7 +68,7 @@ func newBenchCommand() *cobra.Command {
 		fs.Float64("pod-qps", 100, "pods created (and deleted) per second with --pods-per-node")
 		fs.Duration("pod-timeout", 10*time.Minute, "how long to wait for the pods Running, and then gone")
 	})
-	cmd.AddCommand(fleetCmd)
+	cmd.AddCommand(fleetCmd, newSoakCommand())
 	return cmd
 }
 

@@ -203,7 +203,7 @@ func outputDir(out, profile string) (dir string, created bool, err error) {
 	if out, err = filepath.Abs(out); err != nil {
 		return "", false, err
 	}
-	for _, name := range []string{"report.json", "sweep.json"} {
+	for _, name := range []string{"report.json", "sweep.json", "soak.json"} {
 		if _, err := os.Stat(filepath.Join(out, name)); err == nil {
 			return "", false, fmt.Errorf("--out %s already holds %s, which this run would overwrite; pass a new directory", out, name)
 		}
