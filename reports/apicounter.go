@@ -29,6 +29,8 @@ type APICounter struct {
 	openWatches atomic.Int64
 	// rates counts requests per second by verb, for the report's chart.
 	rates rateTable
+	// avail finds the stretches in which no request was answered.
+	avail availability
 }
 
 // apiKey identifies a row of the API table. Its strings are the apiserver's
@@ -298,6 +300,7 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	t.counter.rates.add(start, seriesVerbIndex(k.verb))
 	resp, err := t.next.RoundTrip(req)
 	elapsed := time.Since(start)
+	t.counter.avail.observe(start.Add(elapsed), req, resp, err)
 	if err != nil {
 		s.errors.Add(1)
 		return resp, err

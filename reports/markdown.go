@@ -119,6 +119,11 @@ func RenderMarkdown(w io.Writer, r *Report) error {
 		p("\n## Heartbeats\n\n")
 		mdTable(bw, []string{"", ""}, "--", kvRows(v.Heartbeat))
 	}
+	if len(v.Outages) > 0 {
+		p("\n## API server outages\n\n")
+		p("Stretches of at least 5 s in which the API server answered none of the fleet's requests.\n\n")
+		mdTable(bw, []string{"", ""}, "--", kvRows(v.Outages))
+	}
 	p("\n## Fleet\n\n")
 	mdTable(bw, []string{"", ""}, "--", kvRows(v.Fleet))
 	if len(v.Settings) > 0 {

@@ -56,6 +56,9 @@ type Report struct {
 	// Heartbeat (optional) is the fleet's heartbeat load and how late its
 	// lease renewals came.
 	Heartbeat *HeartbeatStats `json:"heartbeat,omitempty"`
+	// Outages (optional) are the stretches of the run in which the API
+	// server answered none of the fleet's requests, and what each cost.
+	Outages []Outage `json:"outages,omitempty"`
 	// Series (optional) are per-second time series of pods and requests.
 	Series Series `json:"series,omitzero"`
 	// SLOThresholds (optional) are the thresholds SLOs were checked

@@ -40,6 +40,7 @@ func RenderSummary(w io.Writer, r *Report) {
 	}
 	writeKeyValues(w, "scheduling throughput", v.Scheduling)
 	writeKeyValues(w, "heartbeats", v.Heartbeat)
+	writeKeyValues(w, "API server outages", v.Outages)
 
 	if len(v.API) > 0 {
 		fmt.Fprintln(w)

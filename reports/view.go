@@ -47,6 +47,7 @@ type reportView struct {
 
 	Scheduling []keyValue
 	Heartbeat  []keyValue
+	Outages    []keyValue
 	Fleet      []keyValue
 	Settings   []keyValue
 	Errors     []string
@@ -136,6 +137,7 @@ func buildView(r *Report) reportView {
 
 	v.Scheduling = schedulingFacts(r)
 	v.Heartbeat = heartbeatFacts(r)
+	v.Outages = outageFacts(r)
 	v.Fleet = fleetFacts(r)
 	v.Settings = settingRows(r)
 	v.Errors = r.Errors
@@ -520,6 +522,32 @@ func heartbeatFacts(r *Report) []keyValue {
 		{"Open watches", strconv.Itoa(h.OpenWatches)},
 		{"Agents' traffic", fmt.Sprintf("%s/s sent, %s/s received", fmtBytes(int64(h.BytesSentPerSecond)), fmtBytes(int64(h.BytesReceivedPerSecond)))},
 	}
+}
+
+// outageFacts are the run's API server outages, one line each: when, how
+// long, and what it cost the fleet's nodes.
+func outageFacts(r *Report) []keyValue {
+	var out []keyValue
+	for i, o := range r.Outages {
+		when := o.Start.UTC().Format("15:04:05") + " UTC, "
+		if o.End.IsZero() {
+			when += "still going at the report, " + fmtRate(o.Seconds, 1) + " s so far"
+		} else {
+			when += "for " + fmtRate(o.Seconds, 1) + " s"
+		}
+		cost := fmt.Sprintf("%d requests unanswered", o.FailedRequests)
+		switch {
+		case o.NodesNotReady == 0:
+			cost += "; no node NotReady"
+		case o.ReadyAgainSeconds < 0:
+			cost += fmt.Sprintf("; %d nodes NotReady, some still not Ready at the report", o.NodesNotReady)
+		default:
+			cost += fmt.Sprintf("; %d nodes NotReady, all Ready again %s s after it ended", o.NodesNotReady, fmtRate(o.ReadyAgainSeconds, 0))
+		}
+		cost += fmt.Sprintf("; %d NodeNotReady events", o.NodeNotReadyEvents)
+		out = append(out, keyValue{fmt.Sprintf("Outage %d: %s", i+1, when), cost})
+	}
+	return out
 }
 
 // fleetFacts are the fleet's own cost, as runOf words it.

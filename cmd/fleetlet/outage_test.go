@@ -176,6 +176,26 @@ func TestAPIServerOutage(t *testing.T) {
 		t.Errorf("a node was NotReady %.1f s after the API server's readiness, want Ready within %s", worst.Seconds(), bound)
 	}
 
+	// The report records the outage: it starts when the API server is
+	// killed (the agents' watches break at once) and ends at the first
+	// answer after the restart.
+	rep := r.report(nil, nil)
+	if len(rep.Outages) != 1 {
+		t.Fatalf("report outages %+v, want one", rep.Outages)
+	}
+	o := rep.Outages[0]
+	t.Logf("report: outage from %.1f s to %.1f s (%.1f s), %d requests unanswered, %d nodes NotReady, Ready again %.0f s after its end, %d NodeNotReady events",
+		o.Start.Sub(down).Seconds(), o.End.Sub(down).Seconds(), o.Seconds, o.FailedRequests, o.NodesNotReady, o.ReadyAgainSeconds, o.NodeNotReadyEvents)
+	if d := o.Start.Sub(down); d < -time.Second || d > 10*time.Second {
+		t.Errorf("outage starts %.1f s after the kill, want within 10 s", d.Seconds())
+	}
+	if o.End.IsZero() || o.End.Before(down.Add(60*time.Second)) || o.End.After(up.Add(time.Minute)) || o.FailedRequests == 0 {
+		t.Errorf("outage %+v: want it to end after the restart (%.1f s), with requests unanswered", o, up.Sub(down).Seconds())
+	}
+	if o.NodesNotReady < len(everNotReady) || (o.NodesNotReady > 0 && (o.ReadyAgainSeconds < 0 || o.ReadyAgainSeconds > 150)) {
+		t.Errorf("outage cost %+v: want the %d nodes seen NotReady, all Ready again", o, len(everNotReady))
+	}
+
 	after := snapshot()
 	for name, b := range before {
 		a, ok := after[name]

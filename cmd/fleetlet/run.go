@@ -182,6 +182,17 @@ type profileRun struct {
 	settings  map[string]string
 	// scrapeErrs are the control plane metrics the run could not read.
 	scrapeErrs []error
+	// readiness watches the fleet's Nodes for what an outage cost; nil
+	// until the fleet runs.
+	readiness *nodeReadiness
+}
+
+// Close stops what the run watches, then the session.
+func (r *profileRun) Close() error {
+	if r.readiness != nil {
+		r.readiness.close()
+	}
+	return r.session.Close()
 }
 
 // startRun starts a session for opts.Profile with the run's measurements
@@ -208,6 +219,9 @@ func startRun(ctx context.Context, opts sessionOptions) (*profileRun, error) {
 	if r.cluster != nil {
 		client, cerr := kubernetes.NewForConfig(driverConfig(r.cluster.admin, opts.Profile))
 		r.client, err = client, errors.Join(err, cerr)
+		if cerr == nil && r.fleetRunning() {
+			r.readiness = watchReadiness(ctx, client, r.fleet.NodeNames())
+		}
 	}
 	return r, err
 }
@@ -283,6 +297,7 @@ func (s *profileRun) report(metrics *reports.Metrics, runErr error) *reports.Rep
 	rep.Scheduling = reports.SchedulingFrom(rep.Series.Pods, metrics)
 	hb := reports.Heartbeat(s.lateness, rep.API, s.counter.OpenWatches(), rep.WallSeconds)
 	rep.Heartbeat = &hb
+	rep.Outages = outages(context.Background(), s.counter, s.readiness, s.client, finished)
 	rep.EvaluateSLOs(s.profile.SLOs)
 	for _, err := range s.scrapeErrs {
 		rep.Errors = append(rep.Errors, "control plane metrics: "+err.Error())
