@@ -238,6 +238,12 @@ func (s *runtimeServer) UpdateContainerResources(ctx context.Context, req *runti
 }
 
 func (s *runtimeServer) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
+	if stdout, exitCode, ok, err := s.rt.sideChannel(req.GetContainerId(), req.GetCmd()); ok {
+		if err != nil {
+			return nil, err
+		}
+		return &runtimeapi.ExecSyncResponse{Stdout: stdout, ExitCode: exitCode}, nil
+	}
 	stdout, stderr, exitCode, err := s.rt.execSync(ctx, req.GetContainerId(), req.GetCmd(), time.Duration(req.GetTimeout())*time.Second)
 	if err != nil {
 		return nil, err

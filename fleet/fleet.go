@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -192,11 +193,11 @@ func New(cfg Config) (*Fleet, error) {
 		return nil, errors.New("fleet: ClientConfig and NewRuntime must be set")
 	}
 	f := &Fleet{cfg: cfg, interners: &watchers.Interners{}}
-	sharedClient := func(userAgent string) (kubernetes.Interface, error) {
+	sharedClientFor := func(base *rest.Config, userAgent string) (kubernetes.Interface, error) {
 		if cfg.SharedClientConfig == nil {
 			return nil, errors.New("fleet: SharedClientConfig is not set; the shared watch mode and the kubelet API need an identity that may list every pod and node and review tokens")
 		}
-		restCfg := rest.CopyConfig(cfg.SharedClientConfig)
+		restCfg := rest.CopyConfig(base)
 		restCfg.UserAgent = userAgent
 		restCfg.ContentType = "application/vnd.kubernetes.protobuf"
 		restCfg.Wrap(gzipWatches)
@@ -204,6 +205,9 @@ func New(cfg Config) (*Fleet, error) {
 			restCfg.Wrap(cfg.WrapTransport)
 		}
 		return kubernetes.NewForConfig(restCfg)
+	}
+	sharedClient := func(userAgent string) (kubernetes.Interface, error) {
+		return sharedClientFor(cfg.SharedClientConfig, userAgent)
 	}
 	switch cfg.WatchMode {
 	case "", WatchPerNode:
@@ -257,7 +261,7 @@ func New(cfg Config) (*Fleet, error) {
 				stopUnstarted(f.probes)
 				return nil, fmt.Errorf("fleet: ran out of loopback addresses at node %d of pool %s; start from a lower first IP", i, pool.Name)
 			}
-			m, err := f.newMember(pool, fmt.Sprintf("%s%s-%d", cfg.NamePrefix, pool.Name, i), net.IP(ip.AsSlice()), files)
+			m, err := f.newMember(pool, NodeName(cfg.NamePrefix, pool.Name, i), net.IP(ip.AsSlice()), files)
 			if err != nil {
 				f.close()
 				stopUnstarted(f.probes)
@@ -399,6 +403,11 @@ func withPoolLabel(pool NodePool) map[string]string {
 
 // Members returns the fleet's agents in start order.
 func (f *Fleet) Members() []*Member { return f.members }
+
+// NodeName is the name of node i of a pool: <prefix><pool>-<i>.
+func NodeName(prefix, pool string, i int) string {
+	return prefix + pool + "-" + strconv.Itoa(i)
+}
 
 // NodeNames returns every node's name.
 func (f *Fleet) NodeNames() []string {

@@ -208,7 +208,12 @@ func TestBadInputs(t *testing.T) {
 			want: []string{"already holds soak.json", "new directory"}},
 
 		// The fake runtime's socket.
-		{name: "serve without a socket", args: []string{"fakeruntime", "serve"}, want: []string{"--socket is required"}},
+		{name: "serve without a socket", args: []string{"fakeruntime", "serve"}, want: []string{"--socket or --dir is required"}},
+		{name: "serve on a socket and a directory", args: []string{"fakeruntime", "serve", "--socket", "s", "--dir", "d"}, want: []string{"--socket and --dir", "pass one"}},
+		{name: "serve a fleet of an unknown profile", args: []string{"fakeruntime", "serve", "--dir", "d", "--profile", "nosuch"}, want: []string{`unknown profile "nosuch"`}},
+		{name: "serve a fleet's sockets too long", args: []string{"fakeruntime", "serve", "--dir", strings.Repeat("d", 100), "--nodes", "1"}, want: []string{"107 bytes"}},
+		{name: "socket dir with the in-process runtime", args: []string{"fleet", "--cri-socket-dir", "d"}, want: []string{"--cri-socket-dir d needs --cri fake-socket"}},
+		{name: "socket dir missing", args: []string{"fleet", "--cri", "fake-socket", "--cri-socket-dir", "nosuch"}, want: []string{"--cri-socket-dir nosuch: no such directory", "fleetlet fakeruntime serve --dir nosuch"}},
 		{name: "serve on a regular file", args: []string{"fakeruntime", "serve", "--socket", "notes.txt"},
 			files: map[string]string{"notes.txt": "keep me"}, want: []string{"socket notes.txt is a regular file"}},
 		{name: "serve on a directory", args: []string{"fakeruntime", "serve", "--socket", "d"},

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetlet/fleetlet/fakeruntime"
+	"github.com/fleetlet/fleetlet/fleet"
 	"github.com/fleetlet/fleetlet/loadprofiles"
 	"github.com/fleetlet/fleetlet/reports"
 )
@@ -127,16 +130,29 @@ func newFakeRuntimeCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "fakeruntime", Short: "The fake CRI runtime on its own"}
 	serve := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve the fake CRI runtime on a unix socket (for crictl or another kubelet) until interrupted",
-		Args:  cobra.NoArgs,
+		Short: "Serve the fake CRI runtime on a unix socket (for crictl or another kubelet), or one per node of a fleet, until interrupted",
+		Long: "With --socket, serves one fake runtime on that socket. With --dir, serves one per node of --profile's pools " +
+			"(or of --nodes), each at <dir>/<node>.sock under the names `fleetlet fleet` gives them with the same " +
+			"--node-prefix, for a fleet run with --cri fake-socket --cri-socket-dir <dir>: the containers then outlive the " +
+			"fleet's restarts, and a restarted fleet re-adopts them, as a restarted kubelet re-adopts containerd's.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := settings(cmd)
 			if err != nil {
 				return err
 			}
-			socket := v.GetString("socket")
-			if socket == "" {
-				return errors.New("--socket is required: the path of the unix socket to serve on")
+			socket, dir := v.GetString("socket"), v.GetString("dir")
+			switch {
+			case socket == "" && dir == "":
+				return errors.New("--socket or --dir is required: the path of the unix socket to serve on, or the directory for one socket per node")
+			case socket != "" && dir != "":
+				return errors.New("--socket and --dir: pass one, a single runtime's socket or a directory for one per node")
+			case dir != "":
+				profile, err := fleetProfile(v.GetString("profile"), v.GetInt("nodes"))
+				if err != nil {
+					return err
+				}
+				return serveFleetRuntimes(cmd.Context(), dir, v.GetString("node-prefix"), profile)
 			}
 			lis, path, err := fakeruntime.Listen(socket)
 			if err != nil {
@@ -150,8 +166,54 @@ func newFakeRuntimeCommand() *cobra.Command {
 		},
 	}
 	serve.Flags().String("socket", "", "path of the unix socket")
+	serve.Flags().String("dir", "", "directory for one socket per node of the fleet, <dir>/<node>.sock")
+	serve.Flags().String("profile", "quickstart", "with --dir: profile whose node pools (and runtime behaviour) to serve")
+	serve.Flags().Int("nodes", 0, "with --dir: number of nodes in one default pool; overrides --profile's pools")
+	serve.Flags().String("node-prefix", "fleetlet-", "with --dir: the fleet's --node-prefix")
 	cmd.AddCommand(serve)
 	return cmd
+}
+
+// serveFleetRuntimes serves a fake runtime per node of profile's pools in
+// dir until ctx ends.
+func serveFleetRuntimes(ctx context.Context, dir, prefix string, profile *loadprofiles.Profile) error {
+	var names []string
+	for _, pool := range profile.NodePools {
+		for i := range pool.Count {
+			names = append(names, fleet.NodeName(prefix, pool.Name, i))
+		}
+	}
+	// Every path is checked before anything is made.
+	for _, name := range names {
+		if p := filepath.Join(dir, name+".sock"); len(p) > fakeruntime.MaxSocketPathLen {
+			return fmt.Errorf("--dir %s: the socket %s is %d bytes, longer than the %d bytes a unix socket takes; choose a shorter directory, such as /tmp/fl-cri", dir, p, len(p), fakeruntime.MaxSocketPathLen)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--dir %s: %w", dir, err)
+	}
+	b := behaviour(profile.Runtime)
+	var listeners []net.Listener
+	closeAll := func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}
+	for _, name := range names {
+		lis, _, err := fakeruntime.Listen(filepath.Join(dir, name+".sock"))
+		if err != nil {
+			closeAll()
+			return err
+		}
+		listeners = append(listeners, lis)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, lis := range listeners {
+		rt := fakeruntime.New(fakeruntime.Config{Behaviour: b})
+		g.Go(func() error { return fakeruntime.ServeListener(gctx, lis, rt) })
+	}
+	fmt.Fprintf(os.Stderr, "fleetlet: %d fake CRI runtimes in %s (%s.sock ...); Ctrl-C to stop\n", len(names), dir, names[0])
+	return g.Wait()
 }
 
 func newReportCommand() *cobra.Command {

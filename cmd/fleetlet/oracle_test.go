@@ -336,7 +336,7 @@ func TestAgentsCostWhatKubeletsCost(t *testing.T) {
 // ends, and returns their names.
 func startOracleAgents(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane) []string {
 	t.Helper()
-	newRuntime, stopRuntimes, err := runtimeFactory(ctx, criInProc, fakeruntime.Behaviour{})
+	newRuntime, stopRuntimes, err := runtimeFactory(ctx, criInProc, "", fakeruntime.Behaviour{})
 	if err != nil {
 		t.Fatal(err)
 	}

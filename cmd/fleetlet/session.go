@@ -39,12 +39,15 @@ type sessionOptions struct {
 	// integration tests share one.
 	ControlPlane *controlplane.ControlPlane
 
-	CRI         string
-	NodePrefix  string
-	FirstIP     netip.Addr
-	StartJitter time.Duration
-	Seed        uint64
-	KubeletPort int
+	CRI string
+	// CRISocketDir holds the sockets of fake runtimes served by another
+	// process; "" serves them here.
+	CRISocketDir string
+	NodePrefix   string
+	FirstIP      netip.Addr
+	StartJitter  time.Duration
+	Seed         uint64
+	KubeletPort  int
 	// WatchMode is the --watch-mode flag; "" takes the profile's, then
 	// per-node.
 	WatchMode string
@@ -83,7 +86,7 @@ func optionsFrom(v *viper.Viper, p *loadprofiles.Profile, dir string) (sessionOp
 	return sessionOptions{
 		Profile: p, Dir: dir,
 		Kubeconfig: kubeconfigPath(v), BinDir: v.GetString("bin-dir"),
-		CRI: v.GetString("cri"), NodePrefix: v.GetString("node-prefix"), FirstIP: firstIP,
+		CRI: v.GetString("cri"), CRISocketDir: v.GetString("cri-socket-dir"), NodePrefix: v.GetString("node-prefix"), FirstIP: firstIP,
 		StartJitter: v.GetDuration("start-jitter"), Seed: v.GetUint64("seed"), KubeletPort: v.GetInt("kubelet-port"),
 		WatchMode: v.GetString("watch-mode"), DebugAddr: v.GetString("debug-addr"),
 		ReadyTimeout: v.GetDuration("ready-timeout"),
@@ -180,7 +183,7 @@ func (s *session) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	newRuntime, stopRuntimes, err := runtimeFactory(ctx, o.CRI, behaviour(o.Profile.Runtime))
+	newRuntime, stopRuntimes, err := runtimeFactory(ctx, o.CRI, o.CRISocketDir, behaviour(o.Profile.Runtime))
 	if err != nil {
 		return err
 	}

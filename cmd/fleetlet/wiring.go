@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -38,6 +39,7 @@ const (
 
 func fleetFlags(fs *pflag.FlagSet) {
 	fs.String("cri", criInProc, "CRI endpoint of each emulated node: inproc (the fake runtime called directly) or fake-socket (the same fake behind a gRPC unix socket)")
+	fs.String("cri-socket-dir", "", "with --cri fake-socket: connect each node to <dir>/<node>.sock, served by `fleetlet fakeruntime serve --dir <dir>`, a process that outlives the fleet's restarts")
 	fs.String("node-prefix", "fleetlet-", "prefix of every node name; give each shard of a fleet its own")
 	fs.String("first-ip", "127.1.0.1", "InternalIP of the first node; the next nodes take the next loopback addresses")
 	fs.Duration("start-jitter", 5*time.Second, "spread agent starts over this window so the fleet does not heartbeat in lockstep")
@@ -157,12 +159,26 @@ func behaviour(rb loadprofiles.RuntimeBehaviour) fakeruntime.Behaviour {
 }
 
 // runtimeFactory returns how each emulated node gets its CRI endpoint.
-func runtimeFactory(ctx context.Context, mode string, b fakeruntime.Behaviour) (func(string) (fleet.Runtime, error), func(), error) {
+//
+// With socketDir set (fake-socket only), the fake runtimes live in another
+// process, `fleetlet fakeruntime serve --dir socketDir`, one socket per node
+// named after it, and survive a restart of the fleet: the agents then
+// re-adopt their containers from CRI, as a restarted kubelet does.
+func runtimeFactory(ctx context.Context, mode, socketDir string, b fakeruntime.Behaviour) (func(string) (fleet.Runtime, error), func(), error) {
+	if socketDir != "" {
+		if mode != criFakeSocket {
+			return nil, nil, fmt.Errorf("--cri-socket-dir %s needs --cri %s: the in-process runtime has no socket", socketDir, criFakeSocket)
+		}
+		return func(node string) (fleet.Runtime, error) {
+			return dialFakeSocket(ctx, filepath.Join(socketDir, node+".sock"))
+		}, func() {}, nil
+	}
 	switch mode {
 	case criInProc:
 		return func(string) (fleet.Runtime, error) {
 			rt := fakeruntime.New(fakeruntime.Config{Behaviour: b})
-			return fleet.Runtime{Runtime: rt, Images: rt, Prober: fakeProber{rt}, Logs: fakeLogs(rt)}, nil
+			m := inProcModel{rt}
+			return fleet.Runtime{Runtime: rt, Images: rt, Prober: fakeProber{m}, Logs: fakeLogs(m)}, nil
 		}, func() {}, nil
 	case criFakeSocket:
 		// Unix socket paths are limited to 108 bytes, so the sockets live in a
@@ -209,7 +225,8 @@ func serveFakeSocket(ctx context.Context, socket string, b fakeruntime.Behaviour
 	if err != nil {
 		return fail(err)
 	}
-	return fleet.Runtime{Runtime: runtimeService, Images: imageService, Prober: fakeProber{rt}, Logs: fakeLogs(rt), Close: func() error {
+	m := inProcModel{rt}
+	return fleet.Runtime{Runtime: runtimeService, Images: imageService, Prober: fakeProber{m}, Logs: fakeLogs(m), Close: func() error {
 		_ = runtimeService.Close(context.Background())
 		_ = imageService.Close(context.Background())
 		cancel()
@@ -217,16 +234,69 @@ func serveFakeSocket(ctx context.Context, socket string, b fakeruntime.Behaviour
 	}}, nil
 }
 
+// dialFakeSocket connects to a fake runtime served by another process.
+func dialFakeSocket(ctx context.Context, socket string) (fleet.Runtime, error) {
+	if fi, err := os.Stat(socket); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return fleet.Runtime{}, fmt.Errorf("no fake runtime socket at %s; start `fleetlet fakeruntime serve --dir %s` with the fleet's --profile (or --nodes) and --node-prefix first", socket, filepath.Dir(socket))
+	}
+	endpoint := "unix://" + socket
+	runtimeService, err := remote.NewRemoteRuntimeService(ctx, endpoint, 2*time.Minute, nil, false)
+	if err != nil {
+		return fleet.Runtime{}, fmt.Errorf("fake runtime on %s: %w", socket, err)
+	}
+	imageService, err := remote.NewRemoteImageService(ctx, endpoint, 2*time.Minute, nil, false)
+	if err != nil {
+		_ = runtimeService.Close(context.Background())
+		return fleet.Runtime{}, fmt.Errorf("fake runtime on %s: %w", socket, err)
+	}
+	m := execModel{runtimeService.ExecSync}
+	return fleet.Runtime{Runtime: runtimeService, Images: imageService, Prober: fakeProber{m}, Logs: fakeLogs(m), Close: func() error {
+		return errors.Join(runtimeService.Close(context.Background()), imageService.Close(context.Background()))
+	}}, nil
+}
+
+// fakeModel is what the agents read of the fake runtime's behaviour model
+// beyond CRI: network probes' outcomes and computed logs. In the same
+// process it is the runtime; in `fleetlet fakeruntime serve`, it is asked
+// through CRI's ExecSync (see fakeruntime.ProbeCommand).
+type fakeModel interface {
+	ProbeNetwork(ctx context.Context, containerID string, kind fakeruntime.ProbeKind) (bool, error)
+	ContainerLogs(ctx context.Context, containerID string, since time.Time, tail int) ([]fakeruntime.LogLine, error)
+}
+
+// inProcModel is the model of a fake runtime in this process.
+type inProcModel struct{ rt *fakeruntime.Runtime }
+
+func (m inProcModel) ProbeNetwork(_ context.Context, id string, kind fakeruntime.ProbeKind) (bool, error) {
+	return m.rt.ProbeNetwork(id, kind)
+}
+
+func (m inProcModel) ContainerLogs(_ context.Context, id string, since time.Time, tail int) ([]fakeruntime.LogLine, error) {
+	return m.rt.ContainerLogs(id, since, tail)
+}
+
+// execModel is the model of a fake runtime in another process, asked
+// through exec.
+type execModel struct{ exec fakeruntime.ExecProber }
+
+func (m execModel) ProbeNetwork(ctx context.Context, id string, kind fakeruntime.ProbeKind) (bool, error) {
+	return fakeruntime.ProbeNetworkOver(ctx, m.exec, id, kind)
+}
+
+func (m execModel) ContainerLogs(ctx context.Context, id string, since time.Time, tail int) ([]fakeruntime.LogLine, error) {
+	return fakeruntime.ContainerLogsOver(ctx, m.exec, id, since, tail)
+}
+
 // fakeProber answers an emulated node's httpGet, tcpSocket and grpc probes
 // from the fake runtime's behaviour model: there is no process to connect
 // to. Failures read like the kubelet's own probe messages.
-type fakeProber struct{ rt *fakeruntime.Runtime }
+type fakeProber struct{ rt fakeModel }
 
-func (f fakeProber) Network(_ context.Context, kind prober.Kind, _ *corev1.Pod, _ *corev1.Container, containerID string, p *corev1.Probe) (prober.Result, string, error) {
+func (f fakeProber) Network(ctx context.Context, kind prober.Kind, _ *corev1.Pod, _ *corev1.Container, containerID string, p *corev1.Probe) (prober.Result, string, error) {
 	kinds := map[prober.Kind]fakeruntime.ProbeKind{
 		prober.Liveness: fakeruntime.Liveness, prober.Readiness: fakeruntime.Readiness, prober.Startup: fakeruntime.Startup,
 	}
-	ok, err := f.rt.ProbeNetwork(containerID, kinds[kind])
+	ok, err := f.rt.ProbeNetwork(ctx, containerID, kinds[kind])
 	switch {
 	case err != nil:
 		return prober.Failure, err.Error(), nil
@@ -244,7 +314,7 @@ func (f fakeProber) Network(_ context.Context, kind prober.Kind, _ *corev1.Pod, 
 // fakeLogs serves an emulated container's log from the fake runtime's
 // behaviour model: there is no log file to read. Lines are formatted as the
 // kubelet's log reader writes them.
-func fakeLogs(rt *fakeruntime.Runtime) nodeagent.LogReader {
+func fakeLogs(rt fakeModel) nodeagent.LogReader {
 	return func(ctx context.Context, containerID string, opts server.LogOptions, w io.Writer) error {
 		var since time.Time
 		if opts.SinceTime != nil {
@@ -259,7 +329,7 @@ func fakeLogs(rt *fakeruntime.Runtime) nodeagent.LogReader {
 			limit = *opts.LimitBytes
 		}
 		for {
-			lines, err := rt.ContainerLogs(containerID, since, tail)
+			lines, err := rt.ContainerLogs(ctx, containerID, since, tail)
 			if err != nil {
 				return err
 			}
@@ -301,6 +371,14 @@ func fakeLogs(rt *fakeruntime.Runtime) nodeagent.LogReader {
 func checkFleetFlags(v *viper.Viper) error {
 	if mode := v.GetString("cri"); mode != criInProc && mode != criFakeSocket {
 		return fmt.Errorf("unknown --cri %q: use %s or %s", mode, criInProc, criFakeSocket)
+	}
+	if dir := v.GetString("cri-socket-dir"); dir != "" {
+		if mode := v.GetString("cri"); mode != criFakeSocket {
+			return fmt.Errorf("--cri-socket-dir %s needs --cri %s: the in-process runtime has no socket", dir, criFakeSocket)
+		}
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--cri-socket-dir %s: no such directory; start `fleetlet fakeruntime serve --dir %s` first", dir, dir)
+		}
 	}
 	if _, err := parseLoopback(v.GetString("first-ip")); err != nil {
 		return err

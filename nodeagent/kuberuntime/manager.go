@@ -481,6 +481,23 @@ func (m *Manager) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 	return imageRef, nil
 }
 
+// attemptAfterReboot is the restart count of a container the runtime has
+// no trace of: 0, unless the pod's status says it ran on this node before
+// (it has a container ID). Then the runtime lost it, as a rebooted node's
+// does, and the kubelet counts on from the log files it left in
+// /var/log/pods (calcRestartCountByLogDir): one more than the last. An
+// emulated node has no log directory; the pod's status holds the same count.
+func attemptAfterReboot(pod *corev1.Pod, name string) uint32 {
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, cs := range statuses {
+			if cs.Name == name && cs.ContainerID != "" {
+				return uint32(cs.RestartCount) + 1
+			}
+		}
+	}
+	return 0
+}
+
 // startContainer starts one container, the first time or as a restart after
 // its back-off, keeping only the newest dead container of that name for its
 // lastState (the rest is what container GC would remove). target names the
@@ -488,6 +505,9 @@ func (m *Manager) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, target string, status *PodStatus, sandboxID string, sandboxConfig *runtimeapi.PodSandboxConfig) (err error) {
 	prev := status.Container(c.Name)
 	attempt := uint32(0)
+	if prev == nil {
+		attempt = attemptAfterReboot(pod, c.Name)
+	}
 	if prev != nil {
 		attempt = uint32(prev.RestartCount) + 1
 		key := backOffKey(pod, c.Name)
