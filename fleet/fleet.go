@@ -225,7 +225,23 @@ func New(cfg Config) (*Fleet, error) {
 		return nil, fmt.Errorf("fleet: unknown watch mode %q; use %q or %q", cfg.WatchMode, WatchPerNode, WatchShared)
 	}
 	if api := cfg.KubeletAPI; api != nil {
-		client, err := sharedClient("fleetlet/kubelet-auth")
+		// The kubelet API's TokenReviews and SubjectAccessReviews. Each
+		// kubelet sends its own through its own client, within its own
+		// kubeAPIQPS and kubeAPIBurst; here one client sends every node's,
+		// so it gets the sum of their budgets. At client-go's default of
+		// 5 QPS, the first stats, logs and exec requests to 100 nodes wait
+		// a minute for their reviews, and most time out.
+		kc := nodeagent.DefaultKubeletConfiguration()
+		nodes := 0
+		for _, p := range cfg.Pools {
+			nodes += p.Count
+		}
+		authCfg := cfg.SharedClientConfig
+		if authCfg != nil {
+			authCfg = rest.CopyConfig(authCfg)
+			authCfg.QPS, authCfg.Burst = float32(int(*kc.KubeAPIQPS)*max(nodes, 1)), int(kc.KubeAPIBurst)*max(nodes, 1)
+		}
+		client, err := sharedClientFor(authCfg, "fleetlet/kubelet-auth")
 		if err != nil {
 			return nil, err
 		}

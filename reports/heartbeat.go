@@ -30,10 +30,13 @@ type LeaseLateness struct {
 	interval time.Duration
 	now      func() time.Time
 
-	mu       sync.Mutex
-	last     map[string]time.Time
-	hist     *hdrhistogram.Histogram
-	writes   *hdrhistogram.Histogram
+	mu     sync.Mutex
+	last   map[string]time.Time
+	hist   *hdrhistogram.Histogram
+	writes *hdrhistogram.Histogram
+	// sends is how late each renewal was sent: lateness without its own
+	// PUT's latency, the fleet's part alone.
+	sends    *hdrhistogram.Histogram
 	renewals int64
 	// latest is the largest lateness since the last TakeLatest.
 	latest time.Duration
@@ -50,7 +53,7 @@ func NewLeaseLateness(interval time.Duration) *LeaseLateness {
 	// 5 ms to 41 s: from a fast PUT to a lease already expired.
 	buckets := prometheus.ExponentialBuckets(0.005, 2, 14)
 	return &LeaseLateness{
-		interval: interval, now: time.Now, last: map[string]time.Time{}, hist: NewHistogram(), writes: NewHistogram(),
+		interval: interval, now: time.Now, last: map[string]time.Time{}, hist: NewHistogram(), writes: NewHistogram(), sends: NewHistogram(),
 		latenessMetric: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fleetlet_lease_renewal_lateness_seconds",
 			Help:    "How long after the renew interval each node's lease renewal came, measured at the agents' transport.",
@@ -101,6 +104,7 @@ func (l *LeaseLateness) renewed(lease string, sent, at time.Time) {
 	if prev, ok := l.last[lease]; ok {
 		late := max(at.Sub(prev)-l.interval, 0)
 		recordMicros(l.hist, late)
+		recordMicros(l.sends, max(sent.Sub(prev)-l.interval, 0))
 		l.latest = max(l.latest, late)
 		l.latenessMetric.Observe(late.Seconds())
 		l.renewals++
@@ -116,6 +120,7 @@ func (l *LeaseLateness) Restart() {
 	defer l.mu.Unlock()
 	l.hist.Reset()
 	l.writes.Reset()
+	l.sends.Reset()
 	l.renewals = 0
 }
 
@@ -155,6 +160,12 @@ type HeartbeatStats struct {
 	// the request leaving the agent's client to its response: the API
 	// server's part of the lateness.
 	LeaseWriteLatency PhaseSummary `json:"leaseWriteLatency"`
+	// SendLateness (optional) is how late each renewal left the agent:
+	// from the previous renewal's response plus the interval to this
+	// renewal's request, the lease controller's jitter and the fleet's own
+	// delays (its scheduling, its client's limiter) without the API
+	// server's.
+	SendLateness PhaseSummary `json:"sendLateness,omitzero"`
 }
 
 // Heartbeat summarises the fleet's heartbeats over wallSeconds.
@@ -162,10 +173,12 @@ func Heartbeat(l *LeaseLateness, api []APIStat, openWatches int, wallSeconds flo
 	l.mu.Lock()
 	hist := hdrhistogram.Import(l.hist.Export())
 	writes := hdrhistogram.Import(l.writes.Export())
+	sends := hdrhistogram.Import(l.sends.Export())
 	st := HeartbeatStats{Nodes: len(l.last), Renewals: l.renewals, OpenWatches: openWatches}
 	l.mu.Unlock()
 	st.Lateness = Phase{Name: "lease_renewal_lateness", Count: int(hist.TotalCount()), Hist: hist}.Summary()
 	st.LeaseWriteLatency = Phase{Name: leaseWriteLatency, Count: int(writes.TotalCount()), Hist: writes}.Summary()
+	st.SendLateness = Phase{Name: "lease_renewal_send_lateness", Count: int(sends.TotalCount()), Hist: sends}.Summary()
 	if wallSeconds <= 0 {
 		return st
 	}

@@ -55,6 +55,10 @@ func TestLeaseLateness(t *testing.T) {
 	if st.Lateness.Count != 4 || st.Lateness.MaxMs < 2990 || st.Lateness.MaxMs > 3010 || st.Lateness.P50Ms != 0 {
 		t.Errorf("lateness %+v, want 4 renewals, max 3 s, median 0", st.Lateness)
 	}
+	// Sent 2 ms before each response: the send lateness is 2 ms less.
+	if sl := st.SendLateness; sl.Count != 4 || sl.MaxMs < 2990 || sl.MaxMs > 3000 || sl.P50Ms != 0 {
+		t.Errorf("send lateness %+v, want 4 renewals, max 2.998 s, median 0", sl)
+	}
 	if w := st.LeaseWriteLatency; w.Count != 6 || w.P50Ms < 1.9 || w.MaxMs > 2.1 {
 		t.Errorf("write latency %+v, want 6 successful PUTs of 2 ms", w)
 	}
