@@ -122,8 +122,9 @@ func (s *Soak) Evaluate() {
 			g = to/from - 1
 		}
 		s.Checks = append(s.Checks, SoakCheck{
-			Name:  name + " growth",
-			Value: strconv.FormatFloat(roundTo(100*g, 1), 'f', -1, 64) + " %",
+			Name: name + " growth",
+			// + 0 turns a rounded -0 into 0.
+			Value: strconv.FormatFloat(roundTo(100*g, 1)+0, 'f', -1, 64) + " %",
 			Limit: "≤ " + strconv.FormatFloat(100*s.Limits.MaxGrowth, 'f', -1, 64) + " %",
 			Pass:  g <= s.Limits.MaxGrowth,
 			Detail: fmt.Sprintf("%s (median of %d samples from %s) → %s (median of the last %d, to %s)",
