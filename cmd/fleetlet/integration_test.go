@@ -50,6 +50,14 @@ func startTestSession(ctx context.Context, t *testing.T, name string, keep func(
 		}
 	}
 	profile.Phases = phases
+	return startProfileSession(ctx, t, profile, name)
+}
+
+// startProfileSession starts profile's fleet on the shared control plane,
+// with node names made from name; the session closes with the test, which
+// then removes the fleet's nodes and pods.
+func startProfileSession(ctx context.Context, t *testing.T, profile *loadprofiles.Profile, name string) *profileRun {
+	t.Helper()
 	opts, err := optionsFrom(testSettings(t, criInProc), profile, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -50,32 +50,7 @@ func TestKubeletAPIUnderLoad(t *testing.T) {
 		{WaitRunning: &loadprofiles.WaitPhase{Timeout: metav1.Duration{Duration: 5 * time.Minute}}},
 	}}
 	profile.Default()
-	opts, err := optionsFrom(testSettings(t, criInProc), profile, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Schedulable = true
-	sharedFleet(t, &opts, "kapi")
-	r, err := startRun(ctx, opts)
-	if r != nil {
-		t.Cleanup(func() {
-			var names []string
-			if r.fleet != nil {
-				names = r.fleet.NodeNames()
-			}
-			if err := r.Close(); err != nil {
-				t.Errorf("closing the session: %v", err)
-			}
-			if r.client != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-				defer cancel()
-				removeFleet(ctx, t, r.client, names)
-			}
-		})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := startProfileSession(ctx, t, profile, "kapi")
 	if err := r.drive(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -180,19 +180,23 @@ func TestFleetRestart(t *testing.T) {
 				before = snapshot()
 				return len(before) == pods
 			}, first.log)
-			nodeUIDs := map[string]string{}
-			leaseUIDs := map[string]string{}
-			for _, n := range names {
-				node, err := client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
-				if err != nil {
-					t.Fatal(err)
+			// uids are each node's Node and Lease UIDs.
+			uids := func() map[string][2]string {
+				out := map[string][2]string{}
+				for _, n := range names {
+					node, err := client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					lease, err := client.CoordinationV1().Leases("kube-node-lease").Get(ctx, n, metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					out[n] = [2]string{string(node.UID), string(lease.UID)}
 				}
-				lease, err := client.CoordinationV1().Leases("kube-node-lease").Get(ctx, n, metav1.GetOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				nodeUIDs[n], leaseUIDs[n] = string(node.UID), string(lease.UID)
+				return out
 			}
+			registered := uids()
 
 			killed := time.Now()
 			first.kill(syscall.SIGKILL)
@@ -231,17 +235,9 @@ func TestFleetRestart(t *testing.T) {
 					t.Errorf("pod %s: container %s (restarts %d) before, %s (%d) after; want a new one, one restart more", name, b.container, b.restarts, a.container, a.restarts)
 				}
 			}
-			for _, n := range names {
-				node, err := client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				lease, err := client.CoordinationV1().Leases("kube-node-lease").Get(ctx, n, metav1.GetOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if string(node.UID) != nodeUIDs[n] || string(lease.UID) != leaseUIDs[n] {
-					t.Errorf("node %s: Node or Lease re-created by the restart, want them re-adopted", n)
+			for n, u := range uids() {
+				if u != registered[n] {
+					t.Errorf("node %s: Node and Lease UIDs %v before the restart, %v after; want them re-adopted", n, registered[n], u)
 				}
 			}
 			if log := second.log(); strings.Contains(log, "Node agent failed") || strings.Contains(log, "already exists") {
