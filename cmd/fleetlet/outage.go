@@ -102,10 +102,14 @@ func (r *nodeReadiness) cost(o *reports.Outage, until time.Time) {
 			if s.at.Before(from) || !s.at.Before(until) {
 				continue
 			}
-			if !s.ready {
-				down, readyAt = true, time.Time{}
-			} else if down {
+			// A Ready condition that turned True in the window was not
+			// True before: the watch may have missed the other state (a
+			// relist after the outage shows only the latest).
+			down = true
+			if s.ready {
 				readyAt = s.at
+			} else {
+				readyAt = time.Time{}
 			}
 		}
 		if !down {

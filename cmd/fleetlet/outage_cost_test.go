@@ -13,7 +13,7 @@ import (
 func TestOutageCost(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	r := &nodeReadiness{nodes: map[string]bool{"a": true, "b": true, "c": true}, stop: func() {}, seen: map[string][]readyState{}}
+	r := &nodeReadiness{nodes: map[string]bool{"a": true, "b": true, "c": true, "d": true}, stop: func() {}, seen: map[string][]readyState{}}
 	node := func(name string, ready corev1.ConditionStatus, at time.Time) *corev1.Node {
 		return &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -24,7 +24,7 @@ func TestOutageCost(t *testing.T) {
 		}
 	}
 	// Registered Ready long before the outage (10.5 s to 70 s).
-	for _, n := range []string{"a", "b", "c"} {
+	for _, n := range []string{"a", "b", "c", "d"} {
 		r.observe(node(n, corev1.ConditionTrue, at(-600)))
 	}
 	// a: marked Unknown as the controller comes back, Ready again at 95 s.
@@ -34,6 +34,9 @@ func TestOutageCost(t *testing.T) {
 	// b: never marked. c: marked, and Ready again at 130 s.
 	r.observe(node("c", corev1.ConditionUnknown, at(73)))
 	r.observe(node("c", corev1.ConditionTrue, at(130)))
+	// d: its watch missed the Unknown (a relist after the outage shows
+	// only the latest state), but its Ready turned True at 110 s.
+	r.observe(node("d", corev1.ConditionTrue, at(110)))
 	// Not a node of the fleet.
 	r.observe(node("other", corev1.ConditionFalse, at(80)))
 	if len(r.seen["a"]) != 3 {
@@ -42,8 +45,8 @@ func TestOutageCost(t *testing.T) {
 
 	o := reports.Outage{Start: at(10).Add(500 * time.Millisecond), End: at(70)}
 	r.cost(&o, at(300))
-	if o.NodesNotReady != 2 || o.ReadyAgainSeconds != 60 {
-		t.Errorf("cost %+v, want 2 nodes NotReady, Ready again 60 s after the end", o)
+	if o.NodesNotReady != 3 || o.ReadyAgainSeconds != 60 {
+		t.Errorf("cost %+v, want 3 nodes NotReady, Ready again 60 s after the end", o)
 	}
 
 	// Measured before c was Ready again: some still not Ready.
