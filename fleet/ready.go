@@ -41,13 +41,10 @@ func WaitForNodesSchedulable(ctx context.Context, client kubernetes.Interface, n
 // pool's own taints have other keys.
 const systemTaintPrefix = "node.kubernetes.io/"
 
-func waitForNodes(ctx context.Context, client kubernetes.Interface, names []string, timeout time.Duration, what string, cond func(*corev1.Node) bool) error {
-	want := make(map[string]bool, len(names))
-	for _, n := range names {
-		want[n] = false
-	}
-	met := 0
-	lw := &cache.ListWatch{
+// NodesListWatch lists and watches the Nodes of fleets: those with the
+// pool label.
+func NodesListWatch(client kubernetes.Interface) *cache.ListWatch {
+	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = PoolLabel
 			return client.CoreV1().Nodes().List(ctx, o)
@@ -57,6 +54,15 @@ func waitForNodes(ctx context.Context, client kubernetes.Interface, names []stri
 			return client.CoreV1().Nodes().Watch(ctx, o)
 		},
 	}
+}
+
+func waitForNodes(ctx context.Context, client kubernetes.Interface, names []string, timeout time.Duration, what string, cond func(*corev1.Node) bool) error {
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		want[n] = false
+	}
+	met := 0
+	lw := NodesListWatch(client)
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)

@@ -436,12 +436,7 @@ phases:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	v := testSettings(t, criInProc)
-	var opts sessionOptions
-	sharedFleet(t, &opts, "strict")
-	v.Set("kubeconfig", opts.ControlPlane.AdminKubeconfig())
-	v.Set("node-prefix", opts.NodePrefix)
-	v.Set("first-ip", opts.FirstIP.String())
+	v, opts := sharedFleetSettings(t, "strict")
 	v.Set("profile", profilePath)
 	v.Set("out", filepath.Join(dir, "out"))
 	err := run(ctx, v)

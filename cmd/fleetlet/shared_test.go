@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/spf13/viper"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -74,6 +75,20 @@ func sharedFleet(t *testing.T, opts *sessionOptions, name string) {
 	shared.tests++
 	opts.NodePrefix = fmt.Sprintf("%s-%d-", name, shared.tests)
 	opts.FirstIP = netip.AddrFrom4([4]byte{127, byte(40 + shared.tests), 0, 1})
+}
+
+// sharedFleetSettings are a command's settings for a fleet on the shared
+// control plane, reached as an existing cluster through --kubeconfig, with
+// sharedFleet's node names and addresses.
+func sharedFleetSettings(t *testing.T, name string) (*viper.Viper, sessionOptions) {
+	t.Helper()
+	v := testSettings(t, criInProc)
+	var opts sessionOptions
+	sharedFleet(t, &opts, name)
+	v.Set("kubeconfig", opts.ControlPlane.AdminKubeconfig())
+	v.Set("node-prefix", opts.NodePrefix)
+	v.Set("first-ip", opts.FirstIP.String())
+	return v, opts
 }
 
 // removeFleet deletes what a test's fleet left on the shared control

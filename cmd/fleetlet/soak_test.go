@@ -38,12 +38,7 @@ phases:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	v := testSettings(t, criInProc)
-	var opts sessionOptions
-	sharedFleet(t, &opts, "soak")
-	v.Set("kubeconfig", opts.ControlPlane.AdminKubeconfig())
-	v.Set("node-prefix", opts.NodePrefix)
-	v.Set("first-ip", opts.FirstIP.String())
+	v, opts := sharedFleetSettings(t, "soak")
 	v.Set("profile", profilePath)
 	v.Set("interval", "5s")
 	v.Set("max-growth", 0.05)
