@@ -327,7 +327,7 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP, staticPods *sta
 	restCfg.QPS = float32(ptr.Deref(kc.KubeAPIQPS, 50))
 	restCfg.Burst = int(kc.KubeAPIBurst)
 	ownConnection(restCfg, "fleetlet/"+name, f.cfg.WrapTransport)
-	client, err := kubernetes.NewForConfig(restCfg)
+	clients, err := nodeagent.NewKubeletClients(restCfg, kc)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: API client for node %s: %w", name, err)
 	}
@@ -341,10 +341,11 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP, staticPods *sta
 	}
 	agentCfg := nodeagent.Config{
 		NodeName: name, NodeIP: ip, Capacity: pool.Capacity, Labels: withPoolLabel(pool), Taints: pool.Taints,
-		Kubelet: kc, Client: client, Runtime: rt.Runtime, Images: rt.Images, NetworkProber: rt.Prober, Logs: rt.Logs,
+		Kubelet: kc, Runtime: rt.Runtime, Images: rt.Images, NetworkProber: rt.Prober, Logs: rt.Logs,
 		Recorder: f.cfg.Recorder, Clock: f.cfg.Clock, Serving: f.serving, ProbeQueue: f.probes,
 		KubeletWatches: f.watches, Interners: f.interners, KubeProxy: kubeProxy, StaticPods: staticPods,
 	}
+	clients.Wire(&agentCfg)
 	if f.informers != nil {
 		agentCfg.Informers = f.informers
 	}

@@ -163,7 +163,9 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Recorder = staticRecorder{Recorder: cfg.Recorder, static: a.static}
 		a.cfg.Recorder = cfg.Recorder
 	}
-	a.events = newEventRecorder(cfg.Client, cfg.NodeName)
+	a.events = newEventRecorder(cfg.EventClient, cfg.NodeName, cfg.Clock, func(uid types.UID) bool {
+		return a.pod(uid) != nil || a.workers.Finished(uid) != nil
+	})
 	if a.watches = cfg.KubeletWatches; a.watches == nil {
 		a.ownWatches = watchers.NewKubelet(watchers.Config{NodeName: cfg.NodeName, Client: cfg.Client, Interners: cfg.Interners, Clock: cfg.Clock})
 		a.watches = a.ownWatches
@@ -249,15 +251,17 @@ func New(cfg Config) (*Agent, error) {
 			// so the runtime's Status is not asked here.
 			DeclaredFeatures: nodestatus.DeclaredFeatures(KubeletVersion, nodedeclaredfeatures.RuntimeFeatures{}),
 		},
-		Client:          cfg.Client,
-		Clock:           cfg.Clock,
-		GetNode:         a.getNode,
-		RuntimeState:    a.nodeRuntimeState,
-		ListImages:      a.listImages,
-		MaxImages:       ptr.Deref(kc.NodeStatusMaxImages, nodestatus.DefaultMaxImages),
-		UpdateFrequency: kc.NodeStatusUpdateFrequency.Duration,
-		ReportFrequency: kc.NodeStatusReportFrequency.Duration,
-		Seed:            nodeSeed(cfg.NodeName),
+		Client:                     cfg.Client,
+		HeartbeatClient:            cfg.HeartbeatClient,
+		OnRepeatedHeartbeatFailure: cfg.OnRepeatedHeartbeatFailure,
+		Clock:                      cfg.Clock,
+		GetNode:                    a.getNode,
+		RuntimeState:               a.nodeRuntimeState,
+		ListImages:                 a.listImages,
+		MaxImages:                  ptr.Deref(kc.NodeStatusMaxImages, nodestatus.DefaultMaxImages),
+		UpdateFrequency:            kc.NodeStatusUpdateFrequency.Duration,
+		ReportFrequency:            kc.NodeStatusReportFrequency.Duration,
+		Seed:                       nodeSeed(cfg.NodeName),
 	})
 	a.workers = podworkers.New(staticSyncer{a}, cfg.Clock, a.pleg)
 	a.workers.SetMetrics(a.metrics)
@@ -271,7 +275,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("node %s: kube-proxy: %w", cfg.NodeName, err)
 		}
 	}
-	a.lease = lease.NewController(cfg.Clock, cfg.Client, cfg.NodeName, kc.NodeLeaseDurationSeconds, nil,
+	a.lease = lease.NewController(cfg.Clock, cfg.HeartbeatClient, cfg.NodeName, kc.NodeLeaseDurationSeconds, cfg.OnRepeatedHeartbeatFailure,
 		LeaseRenewInterval(kc), cfg.NodeName, leaseNamespace, a.setNodeOwner)
 	a.parts = a.runnables()
 	return a, nil

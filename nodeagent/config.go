@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
@@ -41,6 +42,21 @@ type Config struct {
 	Kubelet *kubeletconfig.KubeletConfiguration
 
 	Client kubernetes.Interface
+	// HeartbeatClient sends the node's lease renewals and status patches,
+	// as the kubelet's heartbeat client: the same connection as Client,
+	// without client-side throttling and with a timeout of the smaller of
+	// nodeStatusUpdateFrequency and the lease duration, so that a heartbeat
+	// never waits behind the node's other requests nor hangs on an API
+	// server that accepted it and went away. Nil sends them through Client.
+	HeartbeatClient kubernetes.Interface
+	// EventClient sends the node's events, as the kubelet's event client
+	// at eventRecordQPS and eventBurst. Nil sends them through Client.
+	EventClient typedcorev1.CoreV1Interface
+	// OnRepeatedHeartbeatFailure is called when a lease renewal or a status
+	// update fails again after a retry: the kubelet closes its idle
+	// connections there, so that the next try dials afresh rather than
+	// reusing one that died with the API server. Nil does nothing.
+	OnRepeatedHeartbeatFailure func()
 	// Runtime and Images are the node's CRI endpoint: its runtime service
 	// and its image service. The agent's own runtime manager
 	// (kuberuntime.Manager) runs pods through them.
@@ -142,6 +158,12 @@ func (c *Config) Defaults() {
 	}
 	if c.Recorder == nil {
 		c.Recorder = reports.Discard{}
+	}
+	if c.HeartbeatClient == nil {
+		c.HeartbeatClient = c.Client
+	}
+	if c.EventClient == nil && c.Client != nil {
+		c.EventClient = c.Client.CoreV1()
 	}
 }
 

@@ -6,10 +6,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 )
 
 // eventRecorder is the agent's record.EventRecorder, and the runnable that
@@ -19,27 +20,37 @@ import (
 // it is made. Events recorded while it does not exist are dropped, as a
 // broadcaster that was shut down drops them.
 type eventRecorder struct {
-	client kubernetes.Interface
+	client typedcorev1.CoreV1Interface
 	source corev1.EventSource
+	clock  clock.WithTicker
+	// alive says whether the node still holds a pod: the sink keeps its
+	// events' correlation state while it does.
+	alive func(types.UID) bool
+	stop  context.CancelFunc
 
 	broadcaster record.EventBroadcaster
 	recorder    atomic.Value // of record.EventRecorder, while running
 }
 
-func newEventRecorder(client kubernetes.Interface, nodeName string) *eventRecorder {
-	return &eventRecorder{client: client, source: corev1.EventSource{Component: "kubelet", Host: nodeName}}
+func newEventRecorder(client typedcorev1.CoreV1Interface, nodeName string, clk clock.WithTicker, alive func(types.UID) bool) *eventRecorder {
+	return &eventRecorder{client: client, source: corev1.EventSource{Component: "kubelet", Host: nodeName}, clock: clk, alive: alive}
 }
 
 // Start implements runnable.
 func (e *eventRecorder) Start(ctx context.Context) error {
+	ctx, e.stop = context.WithCancel(ctx)
 	e.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
-	e.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.client.CoreV1().Events("")})
+	sink := newEventSink(&typedcorev1.EventSinkImpl{Interface: e.client.Events("")}, e.clock, e.alive)
+	e.broadcaster.StartEventWatcher(func(event *corev1.Event) { sink.record(ctx, event) })
 	e.recorder.Store(e.broadcaster.NewRecorder(scheme.Scheme, e.source))
 	return nil
 }
 
 // Wait implements runnable.
-func (e *eventRecorder) Wait() { e.broadcaster.Shutdown() }
+func (e *eventRecorder) Wait() {
+	e.broadcaster.Shutdown()
+	e.stop()
+}
 
 func (e *eventRecorder) current() record.EventRecorder {
 	r, _ := e.recorder.Load().(record.EventRecorder)

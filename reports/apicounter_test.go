@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
 func TestClassifyRequest(t *testing.T) {
@@ -514,5 +516,25 @@ func BenchmarkAPICounterRoundTrip(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// TestWrappersNameTheirTransport: client-go reaches a client's transport
+// through every wrapper to close its idle connections (the kubelet's
+// onHeartbeatFailure); a wrapper that hides it makes that a no-op.
+func TestWrappersNameTheirTransport(t *testing.T) {
+	base := &http.Transport{}
+	for name, rt := range map[string]http.RoundTripper{
+		"APICounter":    NewAPICounter().Wrap(base),
+		"LeaseLateness": NewLeaseLateness(0).Wrap(base),
+	} {
+		w, ok := rt.(utilnet.RoundTripperWrapper)
+		if !ok || w.WrappedRoundTripper() != base {
+			t.Errorf("%s.Wrap hides the transport it wraps", name)
+		}
 	}
 }

@@ -76,7 +76,7 @@ func (l *LeaseLateness) Collectors() []prometheus.Collector {
 // Wrap observes lease updates going through rt; usable as a
 // rest.Config WrapTransport, chained with APICounter.Wrap.
 func (l *LeaseLateness) Wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+	return &wrappedTransport{next: rt, roundTrip: func(req *http.Request) (*http.Response, error) {
 		name, isLease := strings.CutPrefix(req.URL.Path, leasePathPrefix)
 		isLease = isLease && req.Method == http.MethodPut && !strings.Contains(name, "/")
 		var sent time.Time
@@ -88,12 +88,23 @@ func (l *LeaseLateness) Wrap(rt http.RoundTripper) http.RoundTripper {
 			l.renewed(name, sent, l.now())
 		}
 		return resp, err
-	})
+	}}
 }
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
+// wrappedTransport is a RoundTrip function around next, which it names to
+// client-go (k8s.io/apimachinery/pkg/util/net): without it, closing a
+// client's idle connections, as a kubelet does after its heartbeat failed
+// twice, cannot reach the transport that holds them.
+type wrappedTransport struct {
+	next      http.RoundTripper
+	roundTrip func(*http.Request) (*http.Response, error)
+}
 
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+func (t *wrappedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.roundTrip(req)
+}
+
+func (t *wrappedTransport) WrappedRoundTripper() http.RoundTripper { return t.next }
 
 func (l *LeaseLateness) renewed(lease string, sent, at time.Time) {
 	l.mu.Lock()

@@ -418,22 +418,24 @@ func runAgent(ctx context.Context, o agentOptions, cri *criRuntime, restCfg *res
 	restCfg.QPS = float32(ptr.Deref(kc.KubeAPIQPS, 50))
 	restCfg.Burst = int(kc.KubeAPIBurst)
 	restCfg.UserAgent = "fleetlet/" + o.NodeName
-	client, err := kubernetes.NewForConfig(restCfg)
+	clients, err := nodeagent.NewKubeletClients(restCfg, kc)
 	if err != nil {
 		return fmt.Errorf("API client for node %s: %w", o.NodeName, err)
 	}
-	serving, err := agentServing(ctx, o, restCfg, client)
+	serving, err := agentServing(ctx, o, restCfg, clients.Main)
 	if err != nil {
 		return err
 	}
-	agent, err := nodeagent.New(nodeagent.Config{
+	cfg := nodeagent.Config{
 		NodeName: o.NodeName, NodeIP: o.NodeIP, Capacity: o.Capacity, Kubelet: kc,
-		Client: client, Runtime: cri.Runtime, Images: cri.Images, Recorder: rec, Serving: serving,
+		Runtime: cri.Runtime, Images: cri.Images, Recorder: rec, Serving: serving,
 		PodsDir: filepath.Join(o.RootDir, "pods"),
 		Host: &kuberuntime.Host{
 			PodLogsDir: o.PodLogsDir, CgroupRoot: o.CgroupRoot, MinOOMScoreAdj: minOOMScoreAdj(),
 		},
-	})
+	}
+	clients.Wire(&cfg)
+	agent, err := nodeagent.New(cfg)
 	if err != nil {
 		return err
 	}

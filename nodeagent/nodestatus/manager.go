@@ -23,8 +23,15 @@ func equalStatus(a, b *corev1.NodeStatus) bool { return apiequality.Semantic.Dee
 // Config wires a Manager.
 type Config struct {
 	Identity Identity
-	Client   kubernetes.Interface
-	Clock    clock.WithTicker
+	// Client registers the node.
+	Client kubernetes.Interface
+	// HeartbeatClient patches its status and, on a retry, GETs it: the
+	// kubelet's heartbeat client. Nil uses Client.
+	HeartbeatClient kubernetes.Interface
+	// OnRepeatedHeartbeatFailure is called after each failed retry of a
+	// status update, as the kubelet's; nil does nothing.
+	OnRepeatedHeartbeatFailure func()
+	Clock                      clock.WithTicker
 	// GetNode reads the node from the agent's node informer: since 1.31 the
 	// kubelet no longer GETs its Node on every status update.
 	GetNode func() (*corev1.Node, error)
@@ -62,6 +69,9 @@ type Manager struct {
 
 // NewManager returns a Manager for cfg.
 func NewManager(cfg Config) *Manager {
+	if cfg.HeartbeatClient == nil {
+		cfg.HeartbeatClient = cfg.Client
+	}
 	return &Manager{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
 }
 
@@ -125,12 +135,42 @@ func (m *Manager) Run(ctx context.Context) {
 	}
 }
 
+// nodeStatusUpdateRetry is the kubelet's: how many times one status update
+// is tried before it waits for the next UpdateFrequency.
+const nodeStatusUpdateRetry = 5
+
 // SyncNodeStatus computes the status and posts it if it changed or the report
-// interval has passed.
+// interval has passed, trying up to nodeStatusUpdateRetry times at once, as
+// the kubelet's updateNodeStatus: the first try reads the Node from the
+// informer, each retry GETs it from the API server (a conflict or a stale
+// cache then resolves within the same update), and every failed retry calls
+// OnRepeatedHeartbeatFailure.
 func (m *Manager) SyncNodeStatus(ctx context.Context) error {
-	node, err := m.cfg.GetNode()
-	if err != nil {
-		return fmt.Errorf("node %s not in the informer cache yet: %w", m.cfg.Identity.Name, err)
+	var err error
+	for try := range nodeStatusUpdateRetry {
+		if err = m.tryUpdate(ctx, try); err == nil {
+			return nil
+		}
+		if try > 0 && m.cfg.OnRepeatedHeartbeatFailure != nil {
+			m.cfg.OnRepeatedHeartbeatFailure()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("node %s: status update failed %d times, last: %w", m.cfg.Identity.Name, nodeStatusUpdateRetry, err)
+}
+
+func (m *Manager) tryUpdate(ctx context.Context, try int) error {
+	var node *corev1.Node
+	var err error
+	if try == 0 {
+		node, err = m.cfg.GetNode()
+		if err != nil {
+			return fmt.Errorf("node %s not in the informer cache yet: %w", m.cfg.Identity.Name, err)
+		}
+	} else if node, err = m.cfg.HeartbeatClient.CoreV1().Nodes().Get(ctx, m.cfg.Identity.Name, metav1.GetOptions{}); err != nil {
+		return fmt.Errorf("getting node %s: %w", m.cfg.Identity.Name, err)
 	}
 	now := m.cfg.Clock.Now()
 	// As the kubelet's tryUpdateNodeStatus: the status is computed on a
@@ -157,7 +197,7 @@ func (m *Manager) SyncNodeStatus(ctx context.Context) error {
 	} else {
 		m.reportDelay = 0
 	}
-	if _, _, err := nodeutil.PatchNodeStatus(m.cfg.Client.CoreV1(), types.NodeName(node.Name), node, updated); err != nil {
+	if _, _, err := nodeutil.PatchNodeStatus(m.cfg.HeartbeatClient.CoreV1(), types.NodeName(node.Name), node, updated); err != nil {
 		return err
 	}
 	m.lastReported = now

@@ -271,3 +271,63 @@ func TestStatusOverwrittenByTheControllerIsPostedAgain(t *testing.T) {
 		t.Errorf("%d status patches once the Node holds the status again, want 2", got)
 	}
 }
+
+// TestStatusUpdateRetries checks the kubelet's updateNodeStatus: a failed
+// patch is retried at once, each retry reads the Node from the API server
+// through the heartbeat client rather than the informer, each failed retry
+// calls OnRepeatedHeartbeatFailure, and five failures end the update.
+func TestStatusUpdateRetries(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		failures          int // patches refused before one is accepted
+		wantErr           bool
+		wantGets          int
+		wantHeartbeatCall int
+	}{
+		{"first try", 0, false, 0, 0},
+		{"conflict once", 1, false, 1, 0},
+		{"three failures", 3, false, 3, 2},
+		{"every try", 5, true, 4, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			id := identity()
+			informer := fake.NewClientset(InitialNode(id, t0))
+			heartbeat := fake.NewClientset(InitialNode(id, t0))
+			patches := 0
+			heartbeat.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if patches++; patches <= tc.failures {
+					return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), id.Name, nil)
+				}
+				return false, nil, nil
+			})
+			calls := 0
+			m := NewManager(Config{
+				Identity: id, Client: informer, HeartbeatClient: heartbeat, Clock: testingclock.NewFakeClock(t0),
+				OnRepeatedHeartbeatFailure: func() { calls++ },
+				GetNode: func() (*corev1.Node, error) {
+					return informer.CoreV1().Nodes().Get(ctx, id.Name, metav1.GetOptions{})
+				},
+				RuntimeState:    func(context.Context) RuntimeState { return RuntimeState{Ready: true} },
+				UpdateFrequency: 10 * time.Second, ReportFrequency: 5 * time.Minute,
+			})
+			err := m.SyncNodeStatus(ctx)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("SyncNodeStatus: %v, want error %v", err, tc.wantErr)
+			}
+			gets := 0
+			for _, a := range heartbeat.Actions() {
+				if a.GetVerb() == "get" {
+					gets++
+				}
+			}
+			if gets != tc.wantGets || calls != tc.wantHeartbeatCall || statusPatches(informer) != 0 {
+				t.Fatalf("%d GETs, %d heartbeat-failure calls, %d patches by the informer's client; want %d, %d, 0",
+					gets, calls, statusPatches(informer), tc.wantGets, tc.wantHeartbeatCall)
+			}
+			if wantPatches := min(tc.failures+1, nodeStatusUpdateRetry); patches != wantPatches {
+				t.Fatalf("%d patches tried, want %d", patches, wantPatches)
+			}
+		})
+	}
+}
