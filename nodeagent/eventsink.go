@@ -54,9 +54,10 @@ const (
 	eventMaxTries   = 12
 	eventRetrySleep = 10 * time.Second
 	// forgetPodEventsAfter is how long a pod's correlator outlives the pod
-	// on the node: the aggregation window (defaultAggregateIntervalInSeconds),
-	// so that an event queued behind an outage's retries still finds it.
-	forgetPodEventsAfter = 10 * time.Minute
+	// on the node: longer than the sink can stall on one event (12 tries,
+	// 10 s apart, while the API server is away), so that an event queued
+	// behind such a stall still finds its pod's state.
+	forgetPodEventsAfter = 3 * time.Minute
 	eventSweepEvery      = time.Minute
 )
 
