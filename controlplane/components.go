@@ -81,6 +81,9 @@ func (cp *ControlPlane) apiserverComponent(etcdURL, auditPolicy string) componen
 				"--tls-private-key-file=" + p.apiserverServing.key,
 				"--client-ca-file=" + p.caFiles.cert,
 				"--authorization-mode=Node,RBAC",
+				// Nodes join as kubeadm's do: a bootstrap token, then a
+				// CSR for their client certificate.
+				"--enable-bootstrap-token-auth=true",
 				"--enable-admission-plugins=NodeRestriction",
 				"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 				"--service-account-key-file=" + p.serviceAccountPub,
@@ -191,10 +194,11 @@ func (cp *ControlPlane) controllerManagerComponent(kubeconfig string) component 
 				"--cluster-signing-cert-file="+p.caFiles.cert,
 				"--cluster-signing-key-file="+p.caFiles.key,
 				// The default "*": node lifecycle, node IPAM, deployment,
-				// replicaset, garbage collector and the rest of the
-				// default-on set (all but bootstrap-signer, token-cleaner and
-				// selinux-warning), written out so the logs show it.
-				"--controllers=*",
+				// replicaset, garbage collector, the CSR approver and signer
+				// and the rest of the default-on set; and, as kubeadm
+				// enables them, the token cleaner (deletes expired bootstrap
+				// tokens) and the bootstrap signer.
+				"--controllers=*,bootstrapsigner,tokencleaner",
 			)
 		},
 		probe: func(ctx context.Context, ports []int) error {

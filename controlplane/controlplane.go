@@ -44,7 +44,11 @@ type ControlPlane struct {
 	etcdURL         string
 	apiserverURL    string
 	adminKubeconfig string
-	metricsURLs     map[string]string
+	// bootstrapKubeconfig holds bootstrapToken, kubeadm-style, for nodes'
+	// TLS bootstrap.
+	bootstrapKubeconfig string
+	bootstrapToken      string
+	metricsURLs         map[string]string
 	// procs is in start order; Stop walks it backwards. started holds
 	// each ready component with its ports, so that Restart can start it
 	// again as it was. mu guards both against Kill and Restart.
@@ -139,6 +143,9 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 		}
 	}
 	cp.adminKubeconfig = paths["admin"]
+	if err := cp.setUpNodeBootstrap(ctx); err != nil {
+		return err
+	}
 
 	if ports, err = cp.startComponent(ctx, cp.schedulerComponent(paths["scheduler"])); err != nil {
 		return err

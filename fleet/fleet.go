@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fleetlet/fleetlet/nodeagent"
+	"github.com/fleetlet/fleetlet/nodeagent/certificate"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/nodeagent/proxy"
 	"github.com/fleetlet/fleetlet/nodeagent/server"
@@ -91,6 +92,11 @@ type Config struct {
 	// ClientConfig returns the API credentials of a node: its own client
 	// certificate against our control plane, or a shared kubeconfig.
 	ClientConfig func(nodeName string) (*rest.Config, error)
+	// ClientCertificate, if set, gives each node a client certificate of
+	// its own by TLS bootstrap (and rotation), as a kubelet started with
+	// --bootstrap-kubeconfig; the node's clients present it, and
+	// ClientConfig is not asked.
+	ClientCertificate func(nodeName string) (*certificate.ClientCertificate, error)
 	// NewRuntime returns the CRI endpoint of a node.
 	NewRuntime func(nodeName string) (Runtime, error)
 	// WrapTransport wraps every agent's transport, to count API requests;
@@ -189,8 +195,8 @@ func New(cfg Config) (*Fleet, error) {
 	if !cfg.FirstIP.IsLoopback() || !cfg.FirstIP.Is4() {
 		return nil, fmt.Errorf("fleet: first node IP %s is not an IPv4 loopback address; use one in 127.0.0.0/8", cfg.FirstIP)
 	}
-	if cfg.ClientConfig == nil || cfg.NewRuntime == nil {
-		return nil, errors.New("fleet: ClientConfig and NewRuntime must be set")
+	if (cfg.ClientConfig == nil && cfg.ClientCertificate == nil) || cfg.NewRuntime == nil {
+		return nil, errors.New("fleet: ClientConfig (or ClientCertificate) and NewRuntime must be set")
 	}
 	f := &Fleet{cfg: cfg, interners: &watchers.Interners{}}
 	sharedClientFor := func(base *rest.Config, userAgent string) (kubernetes.Interface, error) {
@@ -316,8 +322,15 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP, staticPods *sta
 	if pool.Kubelet != nil {
 		kc = pool.Kubelet.DeepCopy()
 	}
-	restCfg, err := f.cfg.ClientConfig(name)
-	if err != nil {
+	var cert *certificate.ClientCertificate
+	var restCfg *rest.Config
+	var err error
+	if f.cfg.ClientCertificate != nil {
+		if cert, err = f.cfg.ClientCertificate(name); err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+		restCfg = cert.RESTConfig()
+	} else if restCfg, err = f.cfg.ClientConfig(name); err != nil {
 		return nil, fmt.Errorf("fleet: credentials for node %s: %w", name, err)
 	}
 	restCfg = rest.CopyConfig(restCfg)
@@ -346,6 +359,7 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP, staticPods *sta
 		KubeletWatches: f.watches, Interners: f.interners, KubeProxy: kubeProxy, StaticPods: staticPods,
 	}
 	clients.Wire(&agentCfg)
+	agentCfg.ClientCertificate = cert
 	if f.informers != nil {
 		agentCfg.Informers = f.informers
 	}
@@ -372,6 +386,9 @@ func ownConnection(restCfg *rest.Config, userAgent string, wrap transport.Wrappe
 	restCfg.Wrap(gzipWatches)
 	if wrap != nil {
 		restCfg.Wrap(wrap)
+	}
+	if restCfg.Transport != nil {
+		return // a transport of the node's own already (its client certificate's)
 	}
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	restCfg.Dial = dialer.DialContext

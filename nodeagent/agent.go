@@ -285,7 +285,11 @@ func New(cfg Config) (*Agent, error) {
 // in reverse. A part without a runnable (the kubelet API on a node that does
 // not serve it, the evented PLEG without its gate) is skipped.
 func (a *Agent) runnables() []part {
-	var kubeletListener, kubeletServer, eventedPLEG, ownWatches, kubeProxy, staticFiles runnable
+	var kubeletListener, kubeletServer, eventedPLEG, ownWatches, kubeProxy, staticFiles, clientCert, certRotation runnable
+	if c := a.cfg.ClientCertificate; c != nil {
+		clientCert = step{start: c.Start, stop: c.Stop}
+		certRotation = newLoop(c.Run)
+	}
 	if a.staticFiles != nil {
 		staticFiles = newLoop(a.staticFiles.Run)
 	}
@@ -303,6 +307,11 @@ func (a *Agent) runnables() []part {
 		eventedPLEG = newLoop(a.eventedPLEG.Run)
 	}
 	return []part{
+		// The kubelet builds its clients first; here it also waits for
+		// their certificate, where a bootstrapping kubelet sends its first
+		// requests without one (refused) until the fast check sees it.
+		{"client certificate", clientCert},
+		{"client certificate rotation", certRotation},
 		{"CRI runtime version", step{start: a.readRuntimeVersion}},
 		{"event broadcaster", a.events},
 		{"ConfigMap and Secret manager", newLoop(a.objects.Run)},

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/fleetlet/fleetlet/nodeagent/certificate"
 	"github.com/fleetlet/fleetlet/nodeagent/kuberuntime"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
 	"github.com/fleetlet/fleetlet/nodeagent/proxy"
@@ -49,6 +50,12 @@ type Config struct {
 	// never waits behind the node's other requests nor hangs on an API
 	// server that accepted it and went away. Nil sends them through Client.
 	HeartbeatClient kubernetes.Interface
+	// ClientCertificate, if set, is the node's client certificate, which
+	// its clients present: the agent starts it first and waits for a
+	// certificate (by TLS bootstrap if it has none) before anything else
+	// talks to the API server, then rotates it. Nil: the clients carry
+	// their credentials.
+	ClientCertificate *certificate.ClientCertificate
 	// EventClient sends the node's events, as the kubelet's event client
 	// at eventRecordQPS and eventBurst. Nil sends them through Client.
 	EventClient typedcorev1.CoreV1Interface

@@ -65,6 +65,10 @@ func podPhase(annotations string) string {
 
 const kubeconfigHead = "apiVersion: v1\nkind: Config\n"
 
+// tokenKubeconfig is a kubeconfig of an unreachable server with a bootstrap
+// token: enough for the checks that read it.
+const tokenKubeconfig = kubeconfigHead + "contexts: [{name: c, context: {cluster: x, user: u}}]\nclusters: [{name: x, cluster: {server: https://127.0.0.1:1}}]\nusers: [{name: u, user: {token: abcdef.0123456789abcdef}}]\ncurrent-context: c\n"
+
 // kubeletConfigHead starts a kubelet config file.
 const kubeletConfigHead = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
 
@@ -206,6 +210,18 @@ func TestBadInputs(t *testing.T) {
 		{name: "soak zero growth", args: []string{"bench", "soak", "--max-growth", "0"}, want: []string{"--max-growth 0", "positive fraction"}},
 		{name: "soak over an earlier soak", args: []string{"bench", "soak", "--out", "o"}, files: map[string]string{"o/soak.json": "{}"},
 			want: []string{"already holds soak.json", "new directory"}},
+
+		// TLS bootstrap.
+		{name: "bootstrap kubeconfig without a cluster", args: []string{"fleet", "--bootstrap-kubeconfig", "b"},
+			want: []string{"--bootstrap-kubeconfig b needs --kubeconfig", "embedded control plane bootstraps its nodes"}},
+		{name: "bootstrap kubeconfig without a cert dir", args: []string{"fleet", "--kubeconfig", "kc", "--bootstrap-kubeconfig", "kc"},
+			files: map[string]string{"kc": tokenKubeconfig},
+			want:  []string{"--bootstrap-kubeconfig kc needs --cert-dir", "a restart reuses it"}},
+		{name: "bootstrap kubeconfig without a token", args: []string{"fleet", "--kubeconfig", "kc", "--bootstrap-kubeconfig", "b", "--cert-dir", "certs"},
+			files: map[string]string{"kc": tokenKubeconfig, "b": kubeconfigHead + "contexts: [{name: c, context: {cluster: x, user: u}}]\nclusters: [{name: x, cluster: {server: https://127.0.0.1:1}}]\nusers: [{name: u, user: {username: a, password: b}}]\ncurrent-context: c\n"},
+			want:  []string{"--bootstrap-kubeconfig b holds no token", "kubeadm token create"}},
+		{name: "cert dir under a file", args: []string{"fleet", "--cert-dir", "f/certs"}, files: map[string]string{"f": ""},
+			want: []string{"--cert-dir f/certs cannot be made", "not a directory", "a directory this user may write"}},
 
 		// The fake runtime's socket.
 		{name: "serve without a socket", args: []string{"fakeruntime", "serve"}, want: []string{"--socket or --dir is required"}},

@@ -20,6 +20,7 @@ import (
 	"github.com/fleetlet/fleetlet/controlplane"
 	"github.com/fleetlet/fleetlet/fleet"
 	"github.com/fleetlet/fleetlet/loadprofiles"
+	"github.com/fleetlet/fleetlet/nodeagent/certificate"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -48,6 +49,11 @@ type sessionOptions struct {
 	StartJitter  time.Duration
 	Seed         uint64
 	KubeletPort  int
+	// BootstrapKubeconfig, with Kubeconfig, has each node bootstrap a
+	// client certificate of its own with this kubeconfig's token; CertDir
+	// keeps them (default on the embedded control plane: node-certs in
+	// its directory, where its nodes always bootstrap).
+	BootstrapKubeconfig, CertDir string
 	// WatchMode is the --watch-mode flag; "" takes the profile's, then
 	// per-node.
 	WatchMode string
@@ -89,6 +95,7 @@ func optionsFrom(v *viper.Viper, p *loadprofiles.Profile, dir string) (sessionOp
 		CRI: v.GetString("cri"), CRISocketDir: v.GetString("cri-socket-dir"), NodePrefix: v.GetString("node-prefix"), FirstIP: firstIP,
 		StartJitter: v.GetDuration("start-jitter"), Seed: v.GetUint64("seed"), KubeletPort: v.GetInt("kubelet-port"),
 		WatchMode: v.GetString("watch-mode"), DebugAddr: v.GetString("debug-addr"),
+		BootstrapKubeconfig: v.GetString("bootstrap-kubeconfig"), CertDir: v.GetString("cert-dir"),
 		ReadyTimeout: v.GetDuration("ready-timeout"),
 		Recorder:     reports.Discard{},
 	}, nil
@@ -183,6 +190,10 @@ func (s *session) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	certs, err := s.nodeCertificates(ctx, cl, pools)
+	if err != nil {
+		return err
+	}
 	newRuntime, stopRuntimes, err := runtimeFactory(ctx, o.CRI, o.CRISocketDir, behaviour(o.Profile.Runtime))
 	if err != nil {
 		return err
@@ -214,6 +225,9 @@ func (s *session) Start(ctx context.Context) error {
 	if o.NetworkProgramming != nil {
 		fc.NetworkProgramming = o.NetworkProgramming
 	}
+	if certs != nil {
+		fc.ClientConfig, fc.ClientCertificate = nil, certs.forNode
+	}
 	if s.fleet, err = fleet.New(fc); err != nil {
 		return err
 	}
@@ -237,6 +251,46 @@ func (s *session) Start(ctx context.Context) error {
 		s.schedulableAfter = time.Since(s.fleetStarted)
 	}
 	return nil
+}
+
+// nodeCertificates is how the nodes get their client certificates by TLS
+// bootstrap: always on the embedded control plane, with
+// --bootstrap-kubeconfig on another; nil when they use the kubeconfig's
+// credentials. If any node has no certificate yet, the bootstrap token is
+// checked first, so that a token that cannot work is one line, not a
+// fleet of nodes waiting five minutes.
+func (s *session) nodeCertificates(ctx context.Context, cl *cluster, pools []fleet.NodePool) (*nodeCertificates, error) {
+	o := &s.opts
+	var certs *nodeCertificates
+	switch {
+	case cl.cp != nil:
+		dir := o.CertDir
+		if dir == "" {
+			dir = filepath.Join(cmp.Or(o.Dir, cl.cp.Dir()), "node-certs")
+		}
+		certs = &nodeCertificates{dir: dir, bootstrap: cl.cp.BootstrapRESTConfig(), source: cl.cp.BootstrapKubeconfig()}
+	case o.BootstrapKubeconfig != "":
+		cfg, err := loadKubeconfig(o.BootstrapKubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--bootstrap-kubeconfig: %w", err)
+		}
+		certs = &nodeCertificates{dir: o.CertDir, bootstrap: cfg, source: o.BootstrapKubeconfig}
+	default:
+		return nil, nil
+	}
+	certs.wrap = o.WrapTransport
+	var names []string
+	for _, p := range pools {
+		for i := range p.Count {
+			names = append(names, fleet.NodeName(o.NodePrefix, p.Name, i))
+		}
+	}
+	if certificate.AnyMissing(certs.dir, names) {
+		if err := checkBootstrapToken(ctx, certs.bootstrap, certs.source); err != nil {
+			return nil, err
+		}
+	}
+	return certs, nil
 }
 
 // notUp wraps a failed wait for the nodes with where to look.

@@ -47,6 +47,8 @@ func fleetFlags(fs *pflag.FlagSet) {
 	fs.Int("kubelet-port", nodestatus.KubeletPort, "port of each agent's kubelet API on its own IP; 0 takes any free port, advertised in the Node's daemonEndpoints")
 	fs.String("watch-mode", "", "how agents watch their pods and Node: per-node (each its own watches, as kubelets; the default) or shared (one informer fanned out by node; two watches for the fleet); overrides the profile's watchMode")
 	fs.String("debug-addr", "", "serve pprof and the fleet's Prometheus metrics on this loopback address, such as 127.0.0.1:6060")
+	fs.String("bootstrap-kubeconfig", "", "with --kubeconfig: each node gets a client certificate of its own (system:node:<name>) by the kubelet's TLS bootstrap with this kubeconfig's bootstrap token, instead of the kubeconfig's credentials; needs --cert-dir (the embedded control plane always bootstraps its nodes)")
+	fs.String("cert-dir", "", "directory of the nodes' client certificates, one subdirectory per node, as the kubelet's --cert-dir: a restart with the same names reuses them (default on the embedded control plane: node-certs in its directory)")
 }
 
 // defaultEphemeralStorage is each emulated node's root filesystem size when
@@ -388,6 +390,9 @@ func checkFleetFlags(v *viper.Viper) error {
 	}
 	if mode := v.GetString("watch-mode"); mode != "" && mode != fleet.WatchPerNode && mode != fleet.WatchShared {
 		return fmt.Errorf("unknown --watch-mode %q: use %s or %s", mode, fleet.WatchPerNode, fleet.WatchShared)
+	}
+	if err := checkBootstrapFlags(v); err != nil {
+		return err
 	}
 	if addr := v.GetString("debug-addr"); addr != "" {
 		host, _, err := net.SplitHostPort(addr)
