@@ -163,7 +163,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Recorder = staticRecorder{Recorder: cfg.Recorder, static: a.static}
 		a.cfg.Recorder = cfg.Recorder
 	}
-	a.events = newEventRecorder(cfg.EventClient, cfg.NodeName, cfg.Clock, func(uid types.UID) bool {
+	a.events = newEventRecorder(cfg.EventClient, cfg.NodeName, func(uid types.UID) bool {
 		return a.pod(uid) != nil || a.workers.Finished(uid) != nil
 	})
 	if a.watches = cfg.KubeletWatches; a.watches == nil {

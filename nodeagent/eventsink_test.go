@@ -6,12 +6,16 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
 )
@@ -148,5 +152,75 @@ func TestEventSinkForgetsGonePods(t *testing.T) {
 		if _, ok := sink.objects[uid]; !ok {
 			t.Fatalf("%s lost its correlation state", uid)
 		}
+	}
+}
+
+// TestEventRecorderQueue: events before the start and after the stop are
+// dropped, as a broadcaster not running drops them; while the writer is
+// stuck on one, at most maxQueuedEvents wait and the rest are dropped; all
+// that waited are written once it is not.
+func TestEventRecorderQueue(t *testing.T) {
+	client := fake.NewClientset()
+	release := make(chan struct{})
+	var created atomic.Int32
+	client.PrependReactor("create", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+		<-release
+		created.Add(1)
+		return false, nil, nil
+	})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-p"}}
+	r := newEventRecorder(client.CoreV1(), "n", func(types.UID) bool { return true })
+	r.Event(pod, corev1.EventTypeNormal, "Early", "before the start")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// One event held by the writer, maxQueuedEvents queued, 10 dropped;
+	// distinct reasons, so that no two are correlated into one.
+	for i := range 1 + maxQueuedEvents + 10 {
+		r.Event(pod, corev1.EventTypeNormal, fmt.Sprintf("R%d", i), "m")
+		if i == 0 {
+			// Let the writer take the first before the queue fills.
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				r.mu.Lock()
+				n := len(r.queue)
+				r.mu.Unlock()
+				if n == 0 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	r.mu.Lock()
+	queued := len(r.queue)
+	r.mu.Unlock()
+	if queued != maxQueuedEvents {
+		t.Fatalf("%d events queued behind a stuck writer, want %d", queued, maxQueuedEvents)
+	}
+	close(release)
+	// The spam filter lets an object's first 25 through and drops the
+	// rest, as client-go's does: the writes stop there.
+	for deadline := time.Now().Add(30 * time.Second); created.Load() < 25 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := created.Load(); n != 25 {
+		t.Fatalf("%d events written, want the spam filter's burst of 25", n)
+	}
+	list, err := client.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		if e.Reason == "Early" {
+			t.Fatal("an event recorded before the start was written")
+		}
+	}
+	cancel()
+	r.Wait()
+	r.Event(pod, corev1.EventTypeNormal, "Late", "after the stop")
+	if r.queue != nil {
+		t.Fatalf("an event was queued after the stop")
 	}
 }
