@@ -513,15 +513,20 @@ func heartbeatFacts(r *Report) []keyValue {
 		return nil
 	}
 	l, w := h.Lateness, h.LeaseWriteLatency
-	return []keyValue{
+	out := []keyValue{
 		{"Nodes renewing their lease", strconv.Itoa(h.Nodes)},
 		{"Lease updates", fmtRate(h.LeaseUpdatesPerSecond, 1) + "/s"},
 		{"Node status patches", fmtRate(h.NodeStatusPatchesPerSecond, 2) + "/s"},
 		{"Lease renewal lateness", fmt.Sprintf("p50 %s ms, p99 %s ms, max %s ms over %d renewals", fmtMs(l.P50Ms), fmtMs(l.P99Ms), fmtMs(l.MaxMs), l.Count)},
 		{"Lease PUT latency (the API server's part)", fmt.Sprintf("p50 %s ms, p99 %s ms, max %s ms", fmtMs(w.P50Ms), fmtMs(w.P99Ms), fmtMs(w.MaxMs))},
-		{"Open watches", strconv.Itoa(h.OpenWatches)},
-		{"Agents' traffic", fmt.Sprintf("%s/s sent, %s/s received", fmtBytes(int64(h.BytesSentPerSecond)), fmtBytes(int64(h.BytesReceivedPerSecond)))},
 	}
+	if sl := h.SendLateness; sl.Count > 0 {
+		out = append(out, keyValue{"Lease renewal send lateness (the fleet's part)", fmt.Sprintf("p50 %s ms, p99 %s ms, max %s ms", fmtMs(sl.P50Ms), fmtMs(sl.P99Ms), fmtMs(sl.MaxMs))})
+	}
+	return append(out,
+		keyValue{"Open watches", strconv.Itoa(h.OpenWatches)},
+		keyValue{"Agents' traffic", fmt.Sprintf("%s/s sent, %s/s received", fmtBytes(int64(h.BytesSentPerSecond)), fmtBytes(int64(h.BytesReceivedPerSecond)))},
+	)
 }
 
 // outageFacts are the run's API server outages, one line each: when, how

@@ -181,3 +181,24 @@ func TestRunOfUnmeasured(t *testing.T) {
 		}
 	}
 }
+
+// TestHeartbeatFactsSendLateness: the fleet's own part of the lateness is a
+// line of its own when measured, and no line when not (older reports).
+func TestHeartbeatFactsSendLateness(t *testing.T) {
+	has := func(r *Report) bool {
+		for _, kv := range heartbeatFacts(r) {
+			if strings.HasPrefix(kv.Key, "Lease renewal send lateness") {
+				return true
+			}
+		}
+		return false
+	}
+	r := &Report{Heartbeat: &HeartbeatStats{Nodes: 1}}
+	if has(r) {
+		t.Error("a report without send lateness shows it")
+	}
+	r.Heartbeat.SendLateness = PhaseSummary{Count: 3, P50Ms: 1, P99Ms: 2, MaxMs: 3}
+	if !has(r) {
+		t.Error("a report with send lateness does not show it")
+	}
+}
