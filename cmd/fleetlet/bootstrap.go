@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -51,21 +52,23 @@ func checkBootstrapFlags(v *viper.Viper) error {
 // checkCertDir makes dir if it is missing and checks that it can be
 // written, before anything starts.
 func checkCertDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("--cert-dir %s cannot be made (%v); pass a directory this user may write", dir, errors.Unwrap(err))
+	if err := certificate.CheckWritable(dir); err != nil {
+		var pathErr *fs.PathError
+		if errors.As(err, &pathErr) {
+			err = pathErr.Err
+		}
+		if _, statErr := os.Stat(dir); statErr != nil {
+			return fmt.Errorf("--cert-dir %s cannot be made (%v); pass a directory this user may write", dir, err)
+		}
+		return fmt.Errorf("--cert-dir %s is not writable (%v); pass a directory this user may write", dir, err)
 	}
-	f, err := os.CreateTemp(dir, ".fleetlet-write-check-")
-	if err != nil {
-		return fmt.Errorf("--cert-dir %s is not writable (%v); pass a directory this user may write", dir, errors.Unwrap(err))
-	}
-	name := f.Name()
-	_ = f.Close()
-	return os.Remove(name)
+	return nil
 }
 
 // nodeCertificates hands out the nodes' client certificates, each in a
 // directory of its own under dir, bootstrapped with bootstrap's token.
 type nodeCertificates struct {
+	ctx       context.Context
 	dir       string
 	bootstrap *rest.Config
 	// source names the bootstrap kubeconfig in messages.
@@ -73,21 +76,26 @@ type nodeCertificates struct {
 	// wrap wraps the CSR requests' transports: the run counts them.
 	wrap transport.WrapperFunc
 
-	mu sync.Mutex
-	// bootstrapping counts the nodes that found no valid certificate of
-	// their own and will ask for one.
-	bootstrapping int
+	// tokenChecked makes the first node without a certificate check the
+	// bootstrap token, for all of them: a token that cannot work is then
+	// one line, not a fleet of nodes waiting five minutes. Nodes that all
+	// have certificates never ask.
+	tokenChecked sync.Once
+	tokenErr     error
 }
 
+// forNode is the fleet's ClientCertificate: node name's certificate, from
+// its directory if it holds a valid one.
 func (n *nodeCertificates) forNode(name string) (*certificate.ClientCertificate, error) {
 	c, err := certificate.New(certificate.Config{NodeName: name, Dir: filepath.Join(n.dir, name), Bootstrap: n.bootstrap, Wrap: n.wrap})
 	if err != nil {
 		return nil, err
 	}
 	if c.Current() == nil {
-		n.mu.Lock()
-		n.bootstrapping++
-		n.mu.Unlock()
+		n.tokenChecked.Do(func() { n.tokenErr = checkBootstrapToken(n.ctx, n.bootstrap, n.source) })
+		if n.tokenErr != nil {
+			return nil, n.tokenErr
+		}
 	}
 	return c, nil
 }

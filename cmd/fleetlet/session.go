@@ -20,7 +20,6 @@ import (
 	"github.com/fleetlet/fleetlet/controlplane"
 	"github.com/fleetlet/fleetlet/fleet"
 	"github.com/fleetlet/fleetlet/loadprofiles"
-	"github.com/fleetlet/fleetlet/nodeagent/certificate"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -190,7 +189,7 @@ func (s *session) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	certs, err := s.nodeCertificates(ctx, cl, pools)
+	certs, err := s.nodeCertificates(ctx, cl)
 	if err != nil {
 		return err
 	}
@@ -256,41 +255,24 @@ func (s *session) Start(ctx context.Context) error {
 // nodeCertificates is how the nodes get their client certificates by TLS
 // bootstrap: always on the embedded control plane, with
 // --bootstrap-kubeconfig on another; nil when they use the kubeconfig's
-// credentials. If any node has no certificate yet, the bootstrap token is
-// checked first, so that a token that cannot work is one line, not a
-// fleet of nodes waiting five minutes.
-func (s *session) nodeCertificates(ctx context.Context, cl *cluster, pools []fleet.NodePool) (*nodeCertificates, error) {
+// credentials.
+func (s *session) nodeCertificates(ctx context.Context, cl *cluster) (*nodeCertificates, error) {
 	o := &s.opts
-	var certs *nodeCertificates
 	switch {
 	case cl.cp != nil:
 		dir := o.CertDir
 		if dir == "" {
 			dir = filepath.Join(cmp.Or(o.Dir, cl.cp.Dir()), "node-certs")
 		}
-		certs = &nodeCertificates{dir: dir, bootstrap: cl.cp.BootstrapRESTConfig(), source: cl.cp.BootstrapKubeconfig()}
+		return &nodeCertificates{ctx: ctx, dir: dir, bootstrap: cl.cp.BootstrapRESTConfig(), source: cl.cp.BootstrapKubeconfig(), wrap: o.WrapTransport}, nil
 	case o.BootstrapKubeconfig != "":
 		cfg, err := loadKubeconfig(o.BootstrapKubeconfig)
 		if err != nil {
 			return nil, fmt.Errorf("--bootstrap-kubeconfig: %w", err)
 		}
-		certs = &nodeCertificates{dir: o.CertDir, bootstrap: cfg, source: o.BootstrapKubeconfig}
-	default:
-		return nil, nil
+		return &nodeCertificates{ctx: ctx, dir: o.CertDir, bootstrap: cfg, source: o.BootstrapKubeconfig, wrap: o.WrapTransport}, nil
 	}
-	certs.wrap = o.WrapTransport
-	var names []string
-	for _, p := range pools {
-		for i := range p.Count {
-			names = append(names, fleet.NodeName(o.NodePrefix, p.Name, i))
-		}
-	}
-	if certificate.AnyMissing(certs.dir, names) {
-		if err := checkBootstrapToken(ctx, certs.bootstrap, certs.source); err != nil {
-			return nil, err
-		}
-	}
-	return certs, nil
+	return nil, nil
 }
 
 // notUp wraps a failed wait for the nodes with where to look.

@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -72,11 +71,10 @@ func New(cfg Config) (*ClientCertificate, error) {
 	if cfg.Wait <= 0 {
 		cfg.Wait = DefaultWait
 	}
+	// The directory above is checked for writing once, by the caller
+	// (CheckWritable); here it is only made.
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("certificate directory of node %s: %w", cfg.NodeName, err)
-	}
-	if err := checkWritable(cfg.Dir); err != nil {
-		return nil, fmt.Errorf("certificate directory %s of node %s is not writable (%v); pass a --cert-dir this user may write", cfg.Dir, cfg.NodeName, err)
 	}
 	// The kubelet's store: "kubelet-client" in its cert directory.
 	store, err := certificate.NewFileStore("kubelet-client", cfg.Dir, cfg.Dir, "", "")
@@ -105,7 +103,13 @@ func New(cfg Config) (*ClientCertificate, error) {
 	return c, nil
 }
 
-func checkWritable(dir string) error {
+// CheckWritable makes dir if it is missing and checks that this process can
+// write in it: the directory of a fleet's certificates, checked once before
+// any node is built.
+func CheckWritable(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
 	f, err := os.CreateTemp(dir, ".fleetlet-write-check-")
 	if err != nil {
 		return err
@@ -285,20 +289,4 @@ func rotatingConfig(bootstrap *rest.Config, m certificate.Manager) (*rest.Config
 	// The transport carries the TLS settings now; client-go refuses both.
 	cfg.TLSClientConfig = rest.TLSClientConfig{}
 	return cfg, d, nil
-}
-
-// AnyMissing reports whether any of the nodes has no valid certificate in
-// its directory under dir (dir/<node>): those will bootstrap.
-func AnyMissing(dir string, nodes []string) bool {
-	for _, n := range nodes {
-		store, err := certificate.NewFileStore("kubelet-client", filepath.Join(dir, n), filepath.Join(dir, n), "", "")
-		if err != nil {
-			return true
-		}
-		cert, err := store.Current()
-		if err != nil || cert.Leaf == nil || time.Now().After(cert.Leaf.NotAfter) {
-			return true
-		}
-	}
-	return false
 }

@@ -62,9 +62,6 @@ var bootstrap = &rest.Config{Host: "https://127.0.0.1:1", BearerToken: "abcdef.0
 func TestReusesItsCertificate(t *testing.T) {
 	dir := t.TempDir()
 	writeCert(t, dir, "n1", time.Now().Add(time.Hour))
-	if AnyMissing(dir, []string{"n1"}) {
-		t.Fatal("AnyMissing: n1's certificate is there")
-	}
 	c, err := New(Config{NodeName: "n1", Dir: filepath.Join(dir, "n1"), Bootstrap: bootstrap, Wait: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -89,9 +86,13 @@ func TestBootstrapNeeded(t *testing.T) {
 	dir := t.TempDir()
 	writeCert(t, dir, "old", time.Now().Add(-time.Minute))
 	writeCert(t, dir, "good", time.Now().Add(time.Hour))
-	for _, nodes := range [][]string{{"good", "new"}, {"good", "old"}} {
-		if !AnyMissing(dir, nodes) {
-			t.Errorf("AnyMissing(%v) is false", nodes)
+	for node, want := range map[string]bool{"good": true, "old": false, "new": false} {
+		c, err := New(Config{NodeName: node, Dir: filepath.Join(dir, node), Bootstrap: bootstrap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if has := c.Current() != nil; has != want {
+			t.Errorf("node %s starts with a certificate: %v, want %v", node, has, want)
 		}
 	}
 	c, err := New(Config{NodeName: "new", Dir: filepath.Join(dir, "new"), Bootstrap: bootstrap, Wait: time.Second})
