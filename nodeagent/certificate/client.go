@@ -278,7 +278,7 @@ func rotatingConfig(bootstrap *rest.Config, m certificate.Manager) (*rest.Config
 		return &tls.Certificate{}, nil
 	}
 	d := connrotation.NewDialer((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext)
-	cfg := rest.AnonymousClientConfig(bootstrap)
+	cfg := anon
 	cfg.Transport = utilnet.SetTransportDefaults(&http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		TLSHandshakeTimeout: 10 * time.Second,
