@@ -407,6 +407,80 @@ func containersOf(ctx context.Context, t *testing.T, cri *criRuntime, uid types.
 	return cs
 }
 
+// checkDebugAttach does what `kubectl debug -it POD --image=busybox
+// --target=main -- sh` does: it adds an ephemeral container with stdin and
+// a TTY through the ephemeralcontainers subresource, waits for it to run,
+// and attaches to it as kubectl 1.30 and later do (v5 websockets to the
+// API server, passed on to the agent because its Node declares
+// ExtendWebSocketsToKubelet, translated to SPDY towards containerd). A
+// line typed into the shell is run, and `exit` ends the container.
+func checkDebugAttach(ctx context.Context, t *testing.T, admin *rest.Config, client kubernetes.Interface, pod *corev1.Pod) {
+	t.Helper()
+	pods := client.CoreV1().Pods(pod.Namespace)
+	current, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	current.Spec.EphemeralContainers = append(current.Spec.EphemeralContainers, corev1.EphemeralContainer{
+		TargetContainerName: "main",
+		EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: "debugger", Image: "localhost/busybox:latest", ImagePullPolicy: corev1.PullNever,
+			Command: []string{"sh"}, Stdin: true, TTY: true, TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+		},
+	})
+	if _, err := pods.UpdateEphemeralContainers(ctx, pod.Name, current, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("adding an ephemeral container to %s: %v", pod.Name, err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, cs := range p.Status.EphemeralContainerStatuses {
+			if cs.Name == "debugger" && cs.State.Running != nil {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("ephemeral container debugger of %s not running in 1 min: %v", pod.Name, err)
+	}
+
+	u := client.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("attach").
+		VersionedParams(&corev1.PodAttachOptions{Container: "debugger", Stdin: true, Stdout: true, TTY: true}, scheme.ParameterCodec).URL()
+	ex, err := remotecommand.NewWebSocketExecutor(admin, http.MethodGet, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The shell's input is the line and then exit; the output holds the
+	// computed answer, which the echoed input does not.
+	attachCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	err = ex.StreamWithContext(attachCtx, remotecommand.StreamOptions{
+		Stdin: strings.NewReader("echo debug-$((40+2))\nexit\n"), Stdout: &out, Tty: true,
+	})
+	if err != nil || !strings.Contains(out.String(), "debug-42") {
+		t.Errorf("kubectl attach -it to the ephemeral container: %q, %v; want the shell's answer debug-42", out.String(), err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, cs := range p.Status.EphemeralContainerStatuses {
+			if cs.Name == "debugger" && cs.State.Terminated != nil {
+				return cs.State.Terminated.ExitCode == 0 && cs.RestartCount == 0, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("ephemeral container debugger not terminated with exit 0 and no restart within 1 min of its shell's exit: %v", err)
+	}
+}
+
 // viperFromAgentFlags gives v the agent command's flag defaults, as the
 // command line would.
 func viperFromAgentFlags(v *viper.Viper) error {
@@ -425,9 +499,10 @@ func checkRealKubeletAPI(ctx context.Context, t *testing.T, admin *rest.Config, 
 	}
 	t.Logf("logs through the API server in %v", time.Since(start).Round(time.Millisecond))
 
-	// kubectl exec speaks websockets (v5) to the API server, which speaks
-	// SPDY to the kubelet API, which proxies it to containerd's streaming
-	// server.
+	// kubectl exec speaks websockets (v5) to the API server, which passes
+	// them on to the kubelet API (the Node declares
+	// ExtendWebSocketsToKubelet), which translates them to SPDY towards
+	// containerd's streaming server.
 	execIn := func(stdin string, command ...string) (string, string, error) {
 		u := client.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("exec").
 			VersionedParams(&corev1.PodExecOptions{Container: "main", Command: command, Stdin: stdin != "", Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
@@ -453,6 +528,12 @@ func checkRealKubeletAPI(ctx context.Context, t *testing.T, admin *rest.Config, 
 	if out, errOut, err := execIn("typed in\n", "cat"); err != nil || out != "typed in\n" {
 		t.Errorf("kubectl exec -i %s -- cat: %q, %q, %v; want the input back", pod.Name, out, errOut, err)
 	}
+
+	// kubectl debug -it: an ephemeral container with stdin and a TTY,
+	// started on the running pod, then attached to over v5 websockets.
+	start = time.Now()
+	checkDebugAttach(ctx, t, admin, client, pod)
+	t.Logf("kubectl debug -it: ephemeral container started, attached and exited in %v", time.Since(start).Round(time.Millisecond))
 
 	// kubectl port-forward: SPDY tunnelled in websockets to the API server,
 	// falling back to SPDY.

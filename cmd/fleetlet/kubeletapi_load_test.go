@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -187,6 +190,13 @@ func TestKubeletAPIUnderLoad(t *testing.T) {
 	if len(tallies) != len(kinds) {
 		t.Errorf("outcomes of %v, want logs, exec and stats", names)
 	}
+	// The agents' Nodes declare ExtendWebSocketsToKubelet, so the API
+	// server passes every v5 exec on to them instead of translating it.
+	routed := apiserverWebSocketRouting(ctx, t, r.client)
+	t.Logf("API server websocket routing of exec: %v", routed)
+	if tl := tallies["exec"]; tl != nil && (routed["proxied_to_kubelet"] < float64(tl.answered) || routed["translated_at_apiserver"] > 0) {
+		t.Errorf("the API server routed v5 execs %v, want all %d answered ones proxied_to_kubelet and none translated_at_apiserver", routed, tl.answered)
+	}
 	t.Logf("lease renewals under the load: %d; sent late by p99 %.0f ms, max %.0f ms; answered late by p99 %.0f ms, max %.0f ms; lease PUT p99 %.0f ms, max %.0f ms",
 		hb.Lateness.Count, hb.SendLateness.P99Ms, hb.SendLateness.MaxMs, hb.Lateness.P99Ms, hb.Lateness.MaxMs, hb.LeaseWriteLatency.P99Ms, hb.LeaseWriteLatency.MaxMs)
 	if hb.Lateness.Count < nodes*4 {
@@ -216,4 +226,32 @@ func TestKubeletAPIUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Errorf("goroutines: %d before the load, still %d 3 min after it ended; want within 5 %%", g0, g)
 	}
+}
+
+// apiserverWebSocketRouting reads the API server's
+// apiserver_websocket_streaming_requests_total for exec, by proxy_type.
+func apiserverWebSocketRouting(ctx context.Context, t *testing.T, client kubernetes.Interface) map[string]float64 {
+	t.Helper()
+	raw, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("reading the API server's metrics: %v", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("parsing the API server's metrics: %v", err)
+	}
+	routed := map[string]float64{}
+	if f := families["apiserver_websocket_streaming_requests_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["subresource"] == "exec" {
+				routed[labels["proxy_type"]] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return routed
 }

@@ -16,13 +16,12 @@ import (
 // TestDeclaredFeaturesAreTheKubelets checks the outcome against what a
 // real 1.37 kubelet declares.
 //
-// ExtendWebSocketsToKubelet is on in the 1.37 kubelet but left off here:
-// a Node that declares it gets exec, attach and port-forward from the API
-// server as v5 WebSockets, which the agent's kubelet API does not serve
-// yet; without it the API server translates them to SPDY, which it does.
-// Declaring what the agent cannot do would break kubectl exec.
+// ExtendWebSocketsToKubelet is on, as in the 1.37 kubelet: the API server
+// then passes exec and attach on as v5 WebSockets and port-forward as
+// WebSockets tunneling SPDY, and the agent's kubelet API serves them (see
+// nodeagent/server/websocket.go).
 var kubeletDefaultGates = map[string]bool{
-	"ExtendWebSocketsToKubelet":               false,
+	"ExtendWebSocketsToKubelet":               true,
 	"InPlacePodLevelResourcesVerticalScaling": true,
 	"InPlacePodVerticalScalingInitContainers": true,
 	"RestartAllContainersOnContainerExits":    true,

@@ -8,12 +8,10 @@ import (
 )
 
 // TestDeclaredFeaturesAreTheKubelets: a 1.37.2 kubelet with its default
-// gates (kubemark --morph=kubelet on the pinned module) declares these and
-// ExtendWebSocketsToKubelet, which the agent leaves out until its kubelet
-// API serves v5 WebSockets (see kubeletDefaultGates).
+// gates (kubemark --morph=kubelet on the pinned module) declares these.
 func TestDeclaredFeaturesAreTheKubelets(t *testing.T) {
 	got := DeclaredFeatures("v1.37.2", nodedeclaredfeatures.RuntimeFeatures{UserNamespacesHostNetwork: true, MountOptions: true})
-	want := []string{"InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers", "RestartAllContainersOnContainerExits"}
+	want := []string{"ExtendWebSocketsToKubelet", "InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers", "RestartAllContainersOnContainerExits"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("declaredFeatures = %v, want %v", got, want)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	"k8s.io/klog/v2"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
 	utilexec "k8s.io/utils/exec"
 )
 
@@ -70,9 +71,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 // exec serves the remotecommand protocol (SPDY v1 to v4, and the
 // pre-v5 websocket protocols) through the CRI streaming library the kubelet
 // uses, for non-interactive commands: the command runs to completion through
-// Exec and its output and exit status are sent back. v5 websockets reach
-// this server only if its Node declares ExtendWebSocketsToKubelet; when it
-// does not, the API server translates them to SPDY itself.
+// Exec and its output and exit status are sent back. v5 websockets, which
+// reach this server because its Node declares ExtendWebSocketsToKubelet,
+// are served by execV5.
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	namespace, pod, container := r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("container")
 	if s.cfg.Exec == nil {
@@ -84,16 +85,26 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if opts.Stdin || opts.TTY {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("interactive exec (stdin or tty) is not supported on node %q: its commands run to completion through CRI ExecSync; run kubectl exec without -i and -t", s.cfg.NodeName))
+	if !s.lookupContainer(w, namespace, pod, container) {
 		return
 	}
-	if !s.lookupContainer(w, namespace, pod, container) {
+	if wsstream.IsWebSocketRequestWithStreamCloseProtocol(r) {
+		s.execV5(w, r, namespace, pod, container, r.URL.Query()["command"], opts)
+		return
+	}
+	if opts.Stdin || opts.TTY {
+		writeError(w, http.StatusBadRequest, s.interactiveRefused())
 		return
 	}
 	executor := &syncExecutor{s: s, namespace: namespace}
 	remotecommand.ServeExec(w, r, executor, pod, r.PathValue("uid"), container, r.URL.Query()["command"],
 		opts, streamIdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
+}
+
+// interactiveRefused is why an exec with stdin or a TTY is refused when
+// the runtime has no streaming server.
+func (s *Server) interactiveRefused() string {
+	return fmt.Sprintf("interactive exec (stdin or tty) is not supported on node %q: its commands run to completion through CRI ExecSync; run kubectl exec without -i and -t", s.cfg.NodeName)
 }
 
 // syncExecutor adapts the ExecSync-shaped provider to the streaming

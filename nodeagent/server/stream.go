@@ -13,10 +13,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/proxy"
+	translator "k8s.io/apiserver/pkg/util/proxy"
 	"k8s.io/cri-streaming/pkg/streaming"
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	"k8s.io/klog/v2"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
 )
 
 // StreamKind is the CRI streaming call a request needs.
@@ -82,7 +84,7 @@ func (s *Server) streamExec(w http.ResponseWriter, r *http.Request) {
 		s.exec(w, r)
 		return
 	}
-	s.proxyStream(w, r, u, err)
+	s.proxyStream(w, r, u, err, streamTranslation(r, opts))
 }
 
 // attach serves /attach by proxying to the runtime's streaming server; a
@@ -110,7 +112,7 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, fmt.Sprintf("node %q cannot attach to container %q of pod %q: %v; attach needs a real runtime such as containerd", s.cfg.NodeName, container, namespace+"/"+name, err))
 		return
 	}
-	s.proxyStream(w, r, u, err)
+	s.proxyStream(w, r, u, err, streamTranslation(r, opts))
 }
 
 // portForward serves /portForward by proxying to the runtime's streaming
@@ -121,10 +123,16 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
 		s.notProvided(w, "port-forward")
 		return
 	}
-	opts, err := portforward.NewV4Options(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
+	// A websocket tunneling SPDY names its ports per stream, as SPDY
+	// does, so it has no options to parse (the kubelet's getPortForward).
+	tunnel := wsstream.IsWebSocketRequestWithTunnelingProtocol(r)
+	opts := &portforward.V4Options{}
+	if !tunnel {
+		var err error
+		if opts, err = portforward.NewV4Options(r); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
 	}
 	pod, ok := s.lookupStreamTarget(w, namespace, name, types.UID(r.PathValue("uid")), "")
 	if !ok {
@@ -137,7 +145,13 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, fmt.Sprintf("node %q cannot port-forward to pod %q: %v; nothing listens in an emulated pod, port-forward needs a real runtime such as containerd", s.cfg.NodeName, namespace+"/"+name, err))
 		return
 	}
-	s.proxyStream(w, r, u, err)
+	var translate func(*url.URL) http.Handler
+	if tunnel {
+		translate = func(u *url.URL) http.Handler {
+			return translator.NewTunnelingHandler(s.upgradeProxy(u))
+		}
+	}
+	s.proxyStream(w, r, u, err, translate)
 }
 
 // lookupStreamTarget finds the pod (with the UID, when the path has one)
@@ -178,15 +192,25 @@ func containerTTY(pod *corev1.Pod, name string) bool {
 
 // proxyStream answers with the error of asking the runtime for a streaming
 // URL, if any, else proxies the upgraded connection to u (the kubelet's
-// proxyStream). A runtime's gRPC status chooses the HTTP status, as the
-// kubelet's streaming.WriteError does.
-func (s *Server) proxyStream(w http.ResponseWriter, r *http.Request, u *url.URL, err error) {
+// proxyStream), through translate's handler when it is not nil. A
+// runtime's gRPC status chooses the HTTP status, as the kubelet's
+// streaming.WriteError does.
+func (s *Server) proxyStream(w http.ResponseWriter, r *http.Request, u *url.URL, err error, translate func(*url.URL) http.Handler) {
 	if err != nil {
 		_ = streaming.WriteError(fmt.Errorf("node %q: %w", s.cfg.NodeName, err), w)
 		return
 	}
-	handler := proxy.NewUpgradeAwareHandler(u, nil, false, true, &streamResponder{node: s.cfg.NodeName})
+	handler := s.upgradeProxy(u)
+	if translate != nil {
+		handler = translate(u)
+	}
 	handler.ServeHTTP(&hijackClosedOnDone{ResponseWriter: w, ctx: r.Context()}, r)
+}
+
+// upgradeProxy proxies an upgraded connection to the runtime's streaming
+// server at u.
+func (s *Server) upgradeProxy(u *url.URL) http.Handler {
+	return proxy.NewUpgradeAwareHandler(u, nil, false, true, &streamResponder{node: s.cfg.NodeName})
 }
 
 // streamResponder answers the errors of the proxy before the connection is

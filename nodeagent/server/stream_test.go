@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
@@ -257,7 +258,12 @@ func forward(t *testing.T, cfg *rest.Config, path string) (string, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
+	return forwardThrough(t, spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u))
+}
+
+// forwardThrough is forward with the client's dialer.
+func forwardThrough(t *testing.T, dialer httpstream.Dialer) (string, error) {
+	t.Helper()
 	stop, ready := make(chan struct{}), make(chan struct{})
 	var errOut bytes.Buffer
 	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:8080"}, stop, ready, io.Discard, &errOut)
