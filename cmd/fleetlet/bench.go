@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/fleetlet/fleetlet/fleet"
 	"github.com/fleetlet/fleetlet/loadprofiles"
 	"github.com/fleetlet/fleetlet/nodeagent"
 	"github.com/fleetlet/fleetlet/reports"
@@ -67,8 +69,9 @@ func newBenchCommand() *cobra.Command {
 		fs.Int("pods-per-node", 0, "after the idle window, create this many pods per node, wait Running, delete them and wait gone")
 		fs.Float64("pod-qps", 100, "pods created (and deleted) per second with --pods-per-node")
 		fs.Duration("pod-timeout", 10*time.Minute, "how long to wait for the pods Running, and then gone")
+		fs.Duration("scrape-interval", 0, "after the idle window, measure a second one of the same length while another process (fleetlet bench scrape) scrapes every agent's /metrics, /metrics/probes and /metrics/cadvisor once per this interval, and show the fleet's CPU then and its increase")
 	})
-	cmd.AddCommand(fleetCmd, newSoakCommand())
+	cmd.AddCommand(fleetCmd, newSoakCommand(), newScrapeCommand())
 	return cmd
 }
 
@@ -80,9 +83,12 @@ type benchResult struct {
 	startup time.Duration
 	// schedulable is when every node was also free of the taints the
 	// control plane sets at registration.
-	schedulable       time.Duration
-	rssPerNode        float64 // KiB
-	cpuPerNode        float64 // millicores
+	schedulable time.Duration
+	rssPerNode  float64 // KiB
+	cpuPerNode  float64 // millicores
+	// cpuScrapedPerNode is cpuPerNode over a second window in which
+	// another process scraped every agent's metrics; 0 when none did.
+	cpuScrapedPerNode float64
 	goroutinesPerNode float64
 	watchesPerNode    float64
 	// latenessP99Ms and latenessMax are over the measurement window, once
@@ -118,6 +124,9 @@ func benchFleet(ctx context.Context, v *viper.Viper) error {
 	}
 	if v.GetInt("pods-per-node") < 0 || v.GetFloat64("pod-qps") <= 0 {
 		return fmt.Errorf("--pods-per-node %d --pod-qps %v: want a count of 0 or more and a positive rate", v.GetInt("pods-per-node"), v.GetFloat64("pod-qps"))
+	}
+	if every := v.GetDuration("scrape-interval"); every < 0 {
+		return fmt.Errorf("--scrape-interval %v: want a positive interval such as 30s (Prometheus's usual), or 0 for no scrapes", every)
 	}
 	if err := preflight(v, slices.Max(sizes), false); err != nil {
 		return err
@@ -169,6 +178,7 @@ func medianResult(runs []benchResult) benchResult {
 	m.schedulable = time.Duration(field(func(r *benchResult) float64 { return float64(r.schedulable) }))
 	m.rssPerNode = field(func(r *benchResult) float64 { return r.rssPerNode })
 	m.cpuPerNode = field(func(r *benchResult) float64 { return r.cpuPerNode })
+	m.cpuScrapedPerNode = field(func(r *benchResult) float64 { return r.cpuScrapedPerNode })
 	m.goroutinesPerNode = field(func(r *benchResult) float64 { return r.goroutinesPerNode })
 	m.watchesPerNode = field(func(r *benchResult) float64 { return r.watchesPerNode })
 	m.latenessP99Ms = field(func(r *benchResult) float64 { return r.latenessP99Ms })
@@ -255,6 +265,13 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *i
 	hb := reports.Heartbeat(lateness, nil, 0, 0)
 	res.latenessP99Ms, res.latenessMax = hb.Lateness.P99Ms, hb.Lateness.MaxMs
 	res.leasePutP99Ms = hb.LeaseWriteLatency.P99Ms
+	if every := v.GetDuration("scrape-interval"); every > 0 {
+		busy, err := benchScraped(ctx, cl, every, v.GetDuration("idle"))
+		if err != nil {
+			return res, err
+		}
+		res.cpuScrapedPerNode = busy.Seconds() * 1000 / float64(n)
+	}
 	if perNode := v.GetInt("pods-per-node"); perNode > 0 {
 		if err := benchPods(ctx, v, cl, profile, collector, n*perNode); err != nil {
 			return res, err
@@ -275,6 +292,47 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *i
 	}
 	res.notReadyEvents = len(events.Items)
 	return res, nil
+}
+
+// benchScraped measures this process's CPU, in cores, over a window of
+// length window while `fleetlet bench scrape` scrapes every fleet node's
+// metrics endpoints once per every from a process of its own, so that its
+// side of the scrapes is not counted. The window starts one interval
+// after the scraper, once every target has been scraped once (its TLS
+// connection up, its credentials' review cached), as in a Prometheus that
+// has been running for a while.
+func benchScraped(ctx context.Context, cl *cluster, every, window time.Duration) (time.Duration, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	const margin = 5 * time.Second
+	scraper := exec.CommandContext(ctx, exe, "bench", "scrape", "--kubeconfig", cl.kubeconfig, "--selector", fleet.PoolLabel,
+		"--interval", every.String(), "--duration", (every + window + margin).String())
+	scraper.Stdout, scraper.Stderr = os.Stderr, os.Stderr
+	if err := scraper.Start(); err != nil {
+		return 0, fmt.Errorf("starting the scraper: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- scraper.Wait() }()
+	measure := func() (time.Duration, error) {
+		if err := sleepCtx(ctx, every); err != nil {
+			return 0, err
+		}
+		cpu0, t0 := cpuTime(), time.Now()
+		if err := sleepCtx(ctx, window); err != nil {
+			return 0, err
+		}
+		return time.Duration(float64(cpuTime()-cpu0) / float64(time.Since(t0)) * float64(time.Second)), nil
+	}
+	busy, err := measure()
+	if err != nil {
+		return 0, err
+	}
+	if err := <-done; err != nil {
+		return 0, fmt.Errorf("the scraper (fleetlet bench scrape) failed: %w", err)
+	}
+	return busy, nil
 }
 
 // benchServices creates count ClusterIP Services in the default namespace,
@@ -372,8 +430,12 @@ func benchPods(ctx context.Context, v *viper.Viper, cl *cluster, fleetProfile *l
 // load ran.
 func printBench(w io.Writer, results []benchResult) {
 	withPods := slices.ContainsFunc(results, func(r benchResult) bool { return r.pods > 0 })
+	withScrapes := slices.ContainsFunc(results, func(r benchResult) bool { return r.cpuScrapedPerNode > 0 })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	header := "nodes\truns\tready after\tschedulable after\tRSS/node\tCPU/node\tgoroutines/node\twatches/node\tlease lateness p99\tmax\tlease PUT p99\tstart-up lateness p99\tNodeNotReady\t"
+	if withScrapes {
+		header += "CPU/node scraped\tscrapes' cost\t"
+	}
 	if withPods {
 		header += "pods\tpod_startup p99\tagent_observed→running_reported p99\tagent_observed→running_set p99\tvolumes_mounted→running_set p99\t"
 	}
@@ -382,6 +444,9 @@ func printBench(w io.Writer, results []benchResult) {
 		fmt.Fprintf(tw, "%d\t%d\t%.1fs\t%.1fs\t%.0f KiB\t%.3f mc\t%.1f\t%.1f\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%d\t",
 			r.nodes, r.runs, r.startup.Seconds(), r.schedulable.Seconds(), r.rssPerNode, r.cpuPerNode, r.goroutinesPerNode, r.watchesPerNode, r.latenessP99Ms, r.latenessMax,
 			r.leasePutP99Ms, r.startupLatenessP99Ms, r.notReadyEvents)
+		if withScrapes {
+			fmt.Fprintf(tw, "%.3f mc\t%+.1f %%\t", r.cpuScrapedPerNode, (r.cpuScrapedPerNode/r.cpuPerNode-1)*100)
+		}
 		if withPods {
 			fmt.Fprintf(tw, "%d\t%.0f ms\t%.0f ms\t%.0f ms\t%.1f ms\t", r.pods, r.podStartupP99Ms, r.agentP99Ms, r.agentOwnP99Ms, r.mountedToRunningSetP99Ms)
 		}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// The kubelet endpoints a Prometheus set up for kubelets scrapes (the
+// kube-prometheus and prometheus-operator defaults).
+var defaultScrapePaths = []string{"/metrics", "/metrics/probes", "/metrics/cadvisor"}
+
+// prometheusAccept is the Accept header of Prometheus 3 with its default
+// scrape_protocols; the agent, as the kubelet, answers it in the text format.
+const prometheusAccept = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5," +
+	"application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3," +
+	"text/plain;version=0.0.4;q=0.2,*/*;q=0.1"
+
+// prometheusScrapeTimeout is Prometheus's default scrape_timeout.
+const prometheusScrapeTimeout = 10 * time.Second
+
+func newScrapeCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "scrape",
+		Short: "Scrape every node's kubelet metrics endpoints as Prometheus does, and report what the scrapes cost and returned",
+		Long: "Finds the Nodes of --kubeconfig's cluster (those matching --selector), and scrapes each one's kubelet port " +
+			"(its InternalIP and daemonEndpoints port) at --paths once every --interval for --duration, as a Prometheus " +
+			"with kubelet jobs does: each target at its own offset in the interval, connections kept alive, Prometheus's " +
+			"Accept header and its 10 s scrape timeout, the kubeconfig's credentials, the kubelet's serving certificate " +
+			"not verified (kubelets' are self-signed). Prints scrapes, failures, bytes and latency per path. Run it in a " +
+			"process of its own beside a fleet, so that the fleet's CPU is measured without the scraper's: " +
+			"`fleetlet bench fleet --scrape-interval 30s` does.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := settings(cmd)
+			if err != nil {
+				return err
+			}
+			return runScrape(cmd.Context(), v, os.Stdout)
+		},
+	}
+	addFlags(cmd, func(fs *pflag.FlagSet) {
+		fs.String("kubeconfig", "", "kubeconfig of the cluster whose nodes to scrape (also KUBECONFIG); its user must be allowed nodes/metrics")
+		fs.String("selector", "", "label selector of the Nodes to scrape (default: all)")
+		fs.Duration("interval", 30*time.Second, "time between two scrapes of one target (Prometheus scrape_interval)")
+		fs.Duration("duration", time.Minute, "how long to scrape")
+		fs.String("paths", strings.Join(defaultScrapePaths, ","), "comma-separated kubelet paths to scrape on every node")
+	})
+	return cmd
+}
+
+// scrapeTarget is one node's kubelet port.
+type scrapeTarget struct {
+	node string
+	base string // https://ip:port
+}
+
+// pathResult is what the scrapes of one path returned.
+type pathResult struct {
+	ok, failed int
+	bytes      int64
+	latency    *hdrhistogram.Histogram // microseconds
+	samples    []string
+}
+
+// scrapeResult is a scrape run's outcome by path.
+type scrapeResult struct {
+	mu    sync.Mutex
+	paths map[string]*pathResult
+}
+
+func (r *scrapeResult) record(path string, n int64, took time.Duration, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.paths[path]
+	if p == nil {
+		p = &pathResult{latency: hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3)}
+		r.paths[path] = p
+	}
+	if err != nil {
+		p.failed++
+		if len(p.samples) < 3 {
+			p.samples = append(p.samples, err.Error())
+		}
+		return
+	}
+	p.ok++
+	p.bytes += n
+	_ = p.latency.RecordValue(took.Microseconds())
+}
+
+func runScrape(ctx context.Context, v *viper.Viper, out io.Writer) error {
+	interval, duration := v.GetDuration("interval"), v.GetDuration("duration")
+	if interval <= 0 || duration <= 0 {
+		return fmt.Errorf("--interval %v --duration %v: want both positive, such as --interval 30s --duration 2m", interval, duration)
+	}
+	var paths []string
+	for _, p := range strings.Split(v.GetString("paths"), ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			if !strings.HasPrefix(p, "/") {
+				return fmt.Errorf("--paths: %q is not a path; give kubelet paths such as /metrics,/metrics/cadvisor", p)
+			}
+			paths = append(paths, p)
+		}
+	}
+	if len(paths) == 0 {
+		return fmt.Errorf("--paths is empty; give kubelet paths such as %s", strings.Join(defaultScrapePaths, ","))
+	}
+	kubeconfig := v.GetString("kubeconfig")
+	if kubeconfig == "" {
+		kubeconfig = os.Getenv("KUBECONFIG")
+	}
+	if kubeconfig == "" {
+		return errors.New("no cluster to scrape: give --kubeconfig (or KUBECONFIG)")
+	}
+	cfg, err := loadKubeconfig(kubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v.GetString("selector")})
+	if err != nil {
+		return fmt.Errorf("listing the Nodes to scrape: %w", err)
+	}
+	targets := scrapeTargets(nodes.Items)
+	if len(targets) == 0 {
+		return fmt.Errorf("no Node with an InternalIP and a kubelet port matches --selector %q", v.GetString("selector"))
+	}
+	httpClient, err := kubeletScrapeClient(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "fleetlet: scraping %s on %d nodes every %v for %v\n", strings.Join(paths, ", "), len(targets), interval, duration)
+	res := scrape(ctx, httpClient, targets, paths, interval, duration)
+	printScrape(out, res, paths)
+	for _, p := range paths {
+		if pr := res.paths[p]; pr == nil || pr.ok == 0 {
+			return fmt.Errorf("no scrape of %s succeeded; see the failures above", p)
+		}
+	}
+	return nil
+}
+
+// scrapeTargets are the nodes' kubelet ports, by InternalIP and the
+// daemonEndpoints port, as Prometheus's node role discovers them.
+func scrapeTargets(nodes []corev1.Node) []scrapeTarget {
+	var targets []scrapeTarget
+	for _, n := range nodes {
+		port := n.Status.DaemonEndpoints.KubeletEndpoint.Port
+		i := slices.IndexFunc(n.Status.Addresses, func(a corev1.NodeAddress) bool { return a.Type == corev1.NodeInternalIP })
+		if port == 0 || i < 0 {
+			continue
+		}
+		targets = append(targets, scrapeTarget{node: n.Name, base: "https://" + net.JoinHostPort(n.Status.Addresses[i].Address, strconv.Itoa(int(port)))})
+	}
+	return targets
+}
+
+// kubeletScrapeClient authenticates as cfg does and does not verify the
+// kubelets' serving certificates, as Prometheus's kubelet jobs are set up
+// (insecure_skip_verify: kubelets' certificates are self-signed).
+func kubeletScrapeClient(cfg *rest.Config) (*http.Client, error) {
+	c := rest.CopyConfig(cfg)
+	c.Insecure, c.CAData, c.CAFile = true, nil, ""
+	rt, err := rest.TransportFor(c)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: rt, Timeout: prometheusScrapeTimeout}, nil
+}
+
+// scrape scrapes every target's paths once per interval until duration
+// has passed, each target from its own offset in the interval (from a
+// hash of its address, as Prometheus spreads its targets) over a
+// connection kept alive.
+func scrape(ctx context.Context, client *http.Client, targets []scrapeTarget, paths []string, interval, duration time.Duration) *scrapeResult {
+	res := &scrapeResult{paths: map[string]*pathResult{}}
+	ctx, cancel := context.WithTimeout(ctx, duration)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, t := range targets {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(t.base))
+		offset := time.Duration(h.Sum64() % uint64(interval))
+		wg.Go(func() {
+			timer := time.NewTimer(offset)
+			defer timer.Stop()
+			for next := start.Add(offset); ; next = next.Add(interval) {
+				timer.Reset(time.Until(next))
+				select {
+				case <-ctx.Done():
+					return
+				case <-timer.C:
+				}
+				for _, p := range paths {
+					n, took, err := scrapeOnce(ctx, client, t.base+p)
+					if ctx.Err() != nil {
+						return
+					}
+					if err != nil {
+						err = fmt.Errorf("%s%s: %w", t.node, p, err)
+					}
+					res.record(p, n, took, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return res
+}
+
+// scrapeOnce GETs url as Prometheus does and reads the body whole.
+func scrapeOnce(ctx context.Context, client *http.Client, url string) (int64, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Accept", prometheusAccept)
+	req.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", strconv.FormatFloat(prometheusScrapeTimeout.Seconds(), 'f', -1, 64))
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil {
+		return 0, 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return n, time.Since(start), nil
+}
+
+func printScrape(w io.Writer, res *scrapeResult, paths []string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\tscrapes\tfailed\tbytes/scrape\tlatency p50\tp99\tmax\t")
+	for _, p := range paths {
+		pr := res.paths[p]
+		if pr == nil {
+			fmt.Fprintf(tw, "%s\t0\t0\t\t\t\t\t\n", p)
+			continue
+		}
+		var per int64
+		if pr.ok > 0 {
+			per = pr.bytes / int64(pr.ok)
+		}
+		ms := func(q float64) float64 { return float64(pr.latency.ValueAtQuantile(q)) / 1000 }
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f ms\t%.2f ms\t%.2f ms\t\n", p, pr.ok, pr.failed, per, ms(50), ms(99), float64(pr.latency.Max())/1000)
+	}
+	_ = tw.Flush()
+	for _, p := range paths {
+		if pr := res.paths[p]; pr != nil && len(pr.samples) > 0 {
+			fmt.Fprintf(w, "%s failures, such as: %s\n", p, strings.Join(pr.samples, "; "))
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+)
+
+// TestScrapeAsPrometheus: every target is scraped at every path about once
+// per interval, over kept-alive connections, with the kubeconfig's token
+// and Prometheus's Accept header; a failing target is counted, not fatal.
+func TestScrapeAsPrometheus(t *testing.T) {
+	var mu sync.Mutex
+	hits := map[string]int{}
+	conns := map[string]bool{}
+	var badHeaders []string
+	handler := func(name string, code int) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			hits[name+r.URL.Path]++
+			conns[r.RemoteAddr] = true
+			if r.Header.Get("Authorization") != "Bearer scraper-token" || !strings.HasPrefix(r.Header.Get("Accept"), "application/openmetrics-text") {
+				badHeaders = append(badHeaders, r.Header.Get("Authorization")+" "+r.Header.Get("Accept"))
+			}
+			mu.Unlock()
+			w.WriteHeader(code)
+			_, _ = w.Write([]byte("kubelet_running_pods 1\n"))
+		})
+	}
+	var targets []scrapeTarget
+	for _, tc := range []struct {
+		name string
+		code int
+	}{{"a", http.StatusOK}, {"b", http.StatusOK}, {"broken", http.StatusInternalServerError}} {
+		ts := httptest.NewTLSServer(handler(tc.name, tc.code))
+		t.Cleanup(ts.Close)
+		targets = append(targets, scrapeTarget{node: tc.name, base: ts.URL})
+	}
+	// The servers' certificates are httptest's own, unknown to the client,
+	// as kubelets' self-signed ones are to Prometheus.
+	client, err := kubeletScrapeClient(&rest.Config{Host: "https://127.0.0.1:1", BearerToken: "scraper-token", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("not used")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const interval, duration = 200 * time.Millisecond, 2 * time.Second
+	paths := []string{"/metrics", "/metrics/cadvisor"}
+	res := scrape(context.Background(), client, targets, paths, interval, duration)
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, name := range []string{"a", "b"} {
+		for _, p := range paths {
+			// 10 intervals; a loaded machine may lose a few of them.
+			if n := hits[name+p]; n < 3 || n > 11 {
+				t.Errorf("%s%s scraped %d times in %v every %v, want about 10", name, p, n, duration, interval)
+			}
+		}
+	}
+	if len(badHeaders) > 0 {
+		t.Errorf("scrapes without the token or Prometheus's Accept header: %q", badHeaders)
+	}
+	// One connection per target, kept alive (a loaded machine may open a
+	// second one now and then).
+	if len(conns) > 2*len(targets) {
+		t.Errorf("%d connections for %d targets, want them kept alive", len(conns), len(targets))
+	}
+	for _, p := range paths {
+		pr := res.paths[p]
+		if pr == nil || pr.ok < 6 || pr.failed < 3 || pr.bytes != int64(pr.ok)*int64(len("kubelet_running_pods 1\n")) {
+			t.Fatalf("%s: %+v, want the two good targets' scrapes counted with their bytes and the broken one's as failures", p, pr)
+		}
+		if !strings.Contains(strings.Join(pr.samples, " "), "broken"+p+": HTTP 500") {
+			t.Errorf("%s failures %q, want the broken target named with its status", p, pr.samples)
+		}
+	}
+	var out strings.Builder
+	printScrape(&out, res, paths)
+	if !strings.Contains(out.String(), "/metrics/cadvisor") || !strings.Contains(out.String(), "HTTP 500") {
+		t.Errorf("printed:\n%s\nwant a row per path and the failures", out.String())
+	}
+}
+
+func TestScrapeTargets(t *testing.T) {
+	node := func(name, ip string, port int32) corev1.Node {
+		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		n.Status.DaemonEndpoints.KubeletEndpoint.Port = port
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}}
+		if ip != "" {
+			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+		}
+		return n
+	}
+	got := scrapeTargets([]corev1.Node{node("a", "127.1.0.1", 10250), node("v6", "::1", 10251), node("no-ip", "", 10250), node("no-port", "127.1.0.3", 0)})
+	want := []scrapeTarget{{"a", "https://127.1.0.1:10250"}, {"v6", "https://[::1]:10251"}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("targets %v, want %v", got, want)
+	}
+}
