@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/spf13/viper"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -341,6 +343,11 @@ func TestAgentAgainstContainerd(t *testing.T) {
 	attempts := map[uint32]*runtimeapi.ContainerStatus{}
 	for _, c := range crashed {
 		st, err := cri.Runtime.ContainerStatus(ctx, c.Id, false)
+		if status.Code(err) == codes.NotFound {
+			// Removed by the agent's container GC since the list: an
+			// older attempt than the two it keeps.
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -453,16 +460,25 @@ func checkDebugAttach(ctx context.Context, t *testing.T, admin *rest.Config, cli
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The shell's input is the line and then exit; the output holds the
-	// computed answer, which the echoed input does not.
+	// Typed as a person would: a line, and once its answer is on the
+	// screen (the computed debug-42, which the echoed input does not
+	// hold), exit. Stdin stays open until then, as a terminal's does.
 	attachCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	var out bytes.Buffer
-	err = ex.StreamWithContext(attachCtx, remotecommand.StreamOptions{
-		Stdin: strings.NewReader("echo debug-$((40+2))\nexit\n"), Stdout: &out, Tty: true,
-	})
-	if err != nil || !strings.Contains(out.String(), "debug-42") {
-		t.Errorf("kubectl attach -it to the ephemeral container: %q, %v; want the shell's answer debug-42", out.String(), err)
+	stdin, typed := io.Pipe()
+	screen := &watchedBuffer{want: "debug-42", seen: make(chan struct{})}
+	go func() {
+		_, _ = io.WriteString(typed, "echo debug-$((40+2))\n")
+		select {
+		case <-screen.seen:
+			_, _ = io.WriteString(typed, "exit\n")
+		case <-attachCtx.Done():
+		}
+		_ = typed.Close()
+	}()
+	err = ex.StreamWithContext(attachCtx, remotecommand.StreamOptions{Stdin: stdin, Stdout: screen, Tty: true})
+	if out := screen.String(); err != nil || !strings.Contains(out, "debug-42") {
+		t.Errorf("kubectl attach -it to the ephemeral container: %q, %v; want the shell's answer debug-42", out, err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
@@ -479,6 +495,31 @@ func checkDebugAttach(ctx context.Context, t *testing.T, admin *rest.Config, cli
 	if err != nil {
 		t.Errorf("ephemeral container debugger not terminated with exit 0 and no restart within 1 min of its shell's exit: %v", err)
 	}
+}
+
+// watchedBuffer is a terminal's screen: it closes seen once want shows.
+type watchedBuffer struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *watchedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return n, err
+}
+
+func (w *watchedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
 
 // viperFromAgentFlags gives v the agent command's flag defaults, as the
