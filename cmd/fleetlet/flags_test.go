@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 )
 
@@ -76,4 +78,22 @@ func fleetSettings(cri string) *viper.Viper {
 	v.Set("seed", uint64(1))
 	v.Set("ready-timeout", 3*time.Minute)
 	return v
+}
+
+// TestFlagUsageHasNoBackquotes: pflag takes a backquoted word of a usage
+// string as the flag's value name, so `--flag cmd ...` would show in
+// --help as the flag's type and vanish from its text.
+func TestFlagUsageHasNoBackquotes(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if strings.Contains(f.Usage, "`") {
+				t.Errorf("%s --%s: usage %q holds a backquote", c.CommandPath(), f.Name, f.Usage)
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCommand())
 }

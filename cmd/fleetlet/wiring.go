@@ -39,7 +39,7 @@ const (
 
 func fleetFlags(fs *pflag.FlagSet) {
 	fs.String("cri", criInProc, "CRI endpoint of each emulated node: inproc (the fake runtime called directly) or fake-socket (the same fake behind a gRPC unix socket)")
-	fs.String("cri-socket-dir", "", "with --cri fake-socket: connect each node to <dir>/<node>.sock, served by `fleetlet fakeruntime serve --dir <dir>`, a process that outlives the fleet's restarts")
+	fs.String("cri-socket-dir", "", "with --cri fake-socket: connect each node to <dir>/<node>.sock, served by fleetlet fakeruntime serve --dir <dir>, a process that outlives the fleet's restarts")
 	fs.String("node-prefix", "fleetlet-", "prefix of every node name; give each shard of a fleet its own")
 	fs.String("first-ip", "127.1.0.1", "InternalIP of the first node; the next nodes take the next loopback addresses")
 	fs.Duration("start-jitter", 5*time.Second, "spread agent starts over this window so the fleet does not heartbeat in lockstep")

@@ -153,6 +153,13 @@ func streamSPDY(t *testing.T, cfg *rest.Config, pathAndQuery string, opts remote
 	if err != nil {
 		t.Fatal(err)
 	}
+	r := stream(ex, opts)
+	return r.stdout, r.stderr, r.err
+}
+
+// stream runs ex with opts' input, collecting stdout and (without a TTY)
+// stderr, within 30 s.
+func stream(ex remotecommand.Executor, opts remotecommand.StreamOptions) execResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var out, errOut bytes.Buffer
@@ -160,8 +167,8 @@ func streamSPDY(t *testing.T, cfg *rest.Config, pathAndQuery string, opts remote
 	if !opts.Tty {
 		opts.Stderr = &errOut
 	}
-	err = ex.StreamWithContext(ctx, opts)
-	return out.String(), errOut.String(), err
+	err := ex.StreamWithContext(ctx, opts)
+	return execResult{stdout: out.String(), stderr: errOut.String(), err: err}
 }
 
 func TestStreamingExecProxiesToTheRuntime(t *testing.T) {

@@ -1,13 +1,10 @@
 package server
 
 import (
-	"bytes"
-	"context"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
@@ -22,15 +19,7 @@ func v5(t *testing.T, base, token string, caPEM []byte, pathAndQuery string, opt
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	opts.Stdout = &stdout
-	if !opts.Tty {
-		opts.Stderr = &stderr
-	}
-	err = ex.StreamWithContext(ctx, opts)
-	return execResult{stdout: stdout.String(), stderr: stderr.String(), err: err}
+	return stream(ex, opts)
 }
 
 // TestExecOverV5WebSockets: on a runtime without a streaming server, a v5
