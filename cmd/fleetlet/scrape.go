@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -181,11 +182,23 @@ func scrapeTargets(nodes []corev1.Node) []scrapeTarget {
 
 // kubeletScrapeClient authenticates as cfg does and does not verify the
 // kubelets' serving certificates, as Prometheus's kubelet jobs are set up
-// (insecure_skip_verify: kubelets' certificates are self-signed).
+// (insecure_skip_verify: kubelets' certificates are self-signed). It
+// speaks HTTP/1.1, as Prometheus does when prometheus-operator (the usual
+// way kubelets are scraped) writes its scrape configs: enableHTTP2 is off
+// by default there.
 func kubeletScrapeClient(cfg *rest.Config) (*http.Client, error) {
 	c := rest.CopyConfig(cfg)
 	c.Insecure, c.CAData, c.CAFile = true, nil, ""
-	rt, err := rest.TransportFor(c)
+	tlsCfg, err := rest.TLSConfigFor(c)
+	if err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{
+		TLSClientConfig: tlsCfg, IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 2,
+		// An empty, non-nil TLSNextProto keeps the transport off HTTP/2.
+		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
+	}
+	rt, err := rest.HTTPWrappersForConfig(c, tr)
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,9 @@ func TestScrapeAsPrometheus(t *testing.T) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			hits[name+r.URL.Path]++
+			if r.ProtoMajor != 1 {
+				badHeaders = append(badHeaders, r.Proto)
+			}
 			conns[r.RemoteAddr] = true
 			if r.Header.Get("Authorization") != "Bearer scraper-token" || !strings.HasPrefix(r.Header.Get("Accept"), "application/openmetrics-text") {
 				badHeaders = append(badHeaders, r.Header.Get("Authorization")+" "+r.Header.Get("Accept"))
@@ -40,7 +43,9 @@ func TestScrapeAsPrometheus(t *testing.T) {
 		name string
 		code int
 	}{{"a", http.StatusOK}, {"b", http.StatusOK}, {"broken", http.StatusInternalServerError}} {
-		ts := httptest.NewTLSServer(handler(tc.name, tc.code))
+		ts := httptest.NewUnstartedServer(handler(tc.name, tc.code))
+		ts.EnableHTTP2 = true // the server offers it; the scraper must not take it
+		ts.StartTLS()
 		t.Cleanup(ts.Close)
 		targets = append(targets, scrapeTarget{node: tc.name, base: ts.URL})
 	}
