@@ -438,18 +438,18 @@ func checkDebugAttach(ctx context.Context, t *testing.T, admin *rest.Config, cli
 	if _, err := pods.UpdateEphemeralContainers(ctx, pod.Name, current, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("adding an ephemeral container to %s: %v", pod.Name, err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, cs := range p.Status.EphemeralContainerStatuses {
-			if cs.Name == "debugger" && cs.State.Running != nil {
-				return true, nil
+	// debuggerIs waits up to a minute for the debugger's status to meet ok.
+	debuggerIs := func(ok func(corev1.ContainerStatus) bool) error {
+		return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
 			}
-		}
-		return false, nil
-	})
+			i := slices.IndexFunc(p.Status.EphemeralContainerStatuses, func(cs corev1.ContainerStatus) bool { return cs.Name == "debugger" })
+			return i >= 0 && ok(p.Status.EphemeralContainerStatuses[i]), nil
+		})
+	}
+	err = debuggerIs(func(cs corev1.ContainerStatus) bool { return cs.State.Running != nil })
 	if err != nil {
 		t.Fatalf("ephemeral container debugger of %s not running in 1 min: %v", pod.Name, err)
 	}
@@ -480,17 +480,8 @@ func checkDebugAttach(ctx context.Context, t *testing.T, admin *rest.Config, cli
 	if out := screen.String(); err != nil || !strings.Contains(out, "debug-42") {
 		t.Errorf("kubectl attach -it to the ephemeral container: %q, %v; want the shell's answer debug-42", out, err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, cs := range p.Status.EphemeralContainerStatuses {
-			if cs.Name == "debugger" && cs.State.Terminated != nil {
-				return cs.State.Terminated.ExitCode == 0 && cs.RestartCount == 0, nil
-			}
-		}
-		return false, nil
+	err = debuggerIs(func(cs corev1.ContainerStatus) bool {
+		return cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 && cs.RestartCount == 0
 	})
 	if err != nil {
 		t.Errorf("ephemeral container debugger not terminated with exit 0 and no restart within 1 min of its shell's exit: %v", err)
