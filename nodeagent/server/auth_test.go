@@ -23,11 +23,13 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 func TestRequestAttributes(t *testing.T) {
@@ -316,5 +318,151 @@ func TestDelegatingAuthRejectsBadInput(t *testing.T) {
 	}
 	if _, _, err := NewDelegatingAuth(kubernetes.NewForConfigOrDie(&rest.Config{Host: "https://127.0.0.1:1"}), []byte("not a certificate")); err == nil {
 		t.Error("NewDelegatingAuth accepted a client CA that is not PEM")
+	}
+}
+
+func TestVerifiedCertCache(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	clk := testingclock.NewFakeClock(now)
+	var verifications int
+	refuse := false
+	next := authenticator.RequestFunc(func(r *http.Request) (*authenticator.Response, bool, error) {
+		verifications++
+		if refuse {
+			return nil, false, errors.New("verifying certificate failed: x509: certificate signed by unknown authority")
+		}
+		return &authenticator.Response{User: &user.DefaultInfo{Name: r.TLS.PeerCertificates[0].Subject.CommonName}}, true, nil
+	})
+	c := newVerifiedCertCache(next, clk)
+	request := func(certs ...*x509.Certificate) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		r.TLS = &tls.ConnectionState{PeerCertificates: certs}
+		return r
+	}
+	cert := func(raw, cn string, notAfter time.Time) *x509.Certificate {
+		return &x509.Certificate{Raw: []byte(raw), Subject: pkix.Name{CommonName: cn}, NotAfter: notAfter}
+	}
+	prometheus := cert("prometheus", "prometheus", now.Add(time.Hour))
+
+	if _, ok, err := c.AuthenticateRequest(request()); ok || err != nil || verifications != 0 {
+		t.Fatalf("a request without a certificate: ok=%v err=%v after %d verifications, want no answer and none", ok, err, verifications)
+	}
+	first, ok, err := c.AuthenticateRequest(request(prometheus))
+	if !ok || err != nil || first.User.GetName() != "prometheus" {
+		t.Fatalf("first request = %v %v %v, want prometheus", first, ok, err)
+	}
+	second, ok, _ := c.AuthenticateRequest(request(prometheus))
+	if !ok || second.User.GetName() != "prometheus" || verifications != 1 {
+		t.Fatalf("repeated request: ok=%v user=%v after %d verifications, want prometheus after 1", ok, second.User, verifications)
+	}
+	if first == second {
+		t.Error("two requests got the same Response; each caller must get its own")
+	}
+
+	// The chain is the key: another intermediate is another chain.
+	if _, _, _ = c.AuthenticateRequest(request(prometheus, cert("intermediate", "", now.Add(time.Hour)))); verifications != 2 {
+		t.Errorf("the same leaf with an intermediate: %d verifications, want 2 (a chain of its own)", verifications)
+	}
+
+	// Kept for authnCacheTTL at most, then verified again.
+	clk.Step(authnCacheTTL + time.Second)
+	if _, _, _ = c.AuthenticateRequest(request(prometheus)); verifications != 3 {
+		t.Errorf("after the cache TTL: %d verifications, want 3", verifications)
+	}
+
+	// Kept no longer than the earliest NotAfter in the chain.
+	shortLived := cert("short", "short", clk.Now().Add(10*time.Second))
+	c.AuthenticateRequest(request(shortLived))
+	clk.Step(11 * time.Second)
+	refuse = true
+	if _, ok, err := c.AuthenticateRequest(request(shortLived)); ok || err == nil || verifications != 5 {
+		t.Errorf("an expired certificate: ok=%v err=%v after %d verifications, want it verified again and refused", ok, err, verifications)
+	}
+
+	// A refusal is never kept.
+	stranger := cert("stranger", "stranger", clk.Now().Add(time.Hour))
+	c.AuthenticateRequest(request(stranger))
+	c.AuthenticateRequest(request(stranger))
+	if verifications != 7 {
+		t.Errorf("a refused certificate twice: %d verifications in all, want 7 (each refusal verified)", verifications)
+	}
+}
+
+func TestDecisionCache(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	var asked int
+	var failing bool
+	next := authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+		asked++
+		if failing {
+			return authorizer.DecisionNoOpinion, "", errors.New("webhook unreachable")
+		}
+		if a.GetUser().GetName() == "prometheus" && a.GetSubresource() == "metrics" {
+			return authorizer.DecisionAllow, "RBAC: allowed", nil
+		}
+		return authorizer.DecisionNoOpinion, "no rule", nil
+	})
+	c := newDecisionCache(next, clk)
+	attrs := func(name string, groups []string, extra map[string][]string, sub, path string) authorizer.AttributesRecord {
+		return authorizer.AttributesRecord{
+			User: &user.DefaultInfo{Name: name, Groups: groups, Extra: extra},
+			Verb: "get", APIVersion: "v1", Resource: "nodes", Subresource: sub, Name: testNode,
+			ResourceRequest: true, Path: path,
+		}
+	}
+	ask := func(a authorizer.AttributesRecord) authorizer.Decision {
+		t.Helper()
+		d, _, err := c.Authorize(context.Background(), a)
+		if err != nil && !failing {
+			t.Fatalf("Authorize: %v", err)
+		}
+		return d
+	}
+	prom := []string{"system:authenticated"}
+	if d := ask(attrs("prometheus", prom, nil, "metrics", "/metrics")); d != authorizer.DecisionAllow || asked != 1 {
+		t.Fatalf("first scrape: %v after %d reviews, want allowed after 1", d, asked)
+	}
+	// /metrics/probes is the same SubjectAccessReview: nodes/metrics.
+	if d := ask(attrs("prometheus", prom, nil, "metrics", "/metrics/probes")); d != authorizer.DecisionAllow || asked != 1 {
+		t.Errorf("another metrics path: %v after %d reviews, want allowed from the cache", d, asked)
+	}
+	// Anything in the review is in the key.
+	for _, a := range []authorizer.AttributesRecord{
+		attrs("prometheus", prom, nil, "stats", "/stats/summary"),
+		attrs("prometheus", []string{"system:authenticated", "monitoring"}, nil, "metrics", "/metrics"),
+		attrs("prometheus", prom, map[string][]string{"authentication.kubernetes.io/pod-name": {"prometheus-0"}}, "metrics", "/metrics"),
+		attrs("prometheus\x00", prom, nil, "metrics", "/metrics"),
+	} {
+		before := asked
+		ask(a)
+		if asked != before+1 {
+			t.Errorf("%+v was answered from another review's cache entry", a)
+		}
+	}
+	// Allowed: 5 minutes.
+	clk.Step(authzAllowedCacheTTL - time.Second)
+	before := asked
+	ask(attrs("prometheus", prom, nil, "metrics", "/metrics"))
+	clk.Step(2 * time.Second)
+	ask(attrs("prometheus", prom, nil, "metrics", "/metrics"))
+	if asked != before+1 {
+		t.Errorf("an allowed answer: %d reviews over 5 min 1 s, want 1 (kept 5 min)", asked-before)
+	}
+	// Denied or no opinion: 30 seconds.
+	before = asked
+	ask(attrs("bob", nil, nil, "metrics", "/metrics"))
+	clk.Step(authzDeniedCacheTTL - time.Second)
+	ask(attrs("bob", nil, nil, "metrics", "/metrics"))
+	clk.Step(2 * time.Second)
+	if d := ask(attrs("bob", nil, nil, "metrics", "/metrics")); d != authorizer.DecisionNoOpinion || asked != before+2 {
+		t.Errorf("a refusal: %v with %d reviews over 31 s, want no opinion with 2 (kept 30 s)", d, asked-before)
+	}
+	// Errors are never kept.
+	failing = true
+	before = asked
+	ask(attrs("carol", nil, nil, "metrics", "/metrics"))
+	ask(attrs("carol", nil, nil, "metrics", "/metrics"))
+	if asked != before+2 {
+		t.Errorf("a failed review was answered from the cache: %d reviews, want 2", asked-before)
 	}
 }
