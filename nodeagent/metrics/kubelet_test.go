@@ -411,6 +411,10 @@ func TestWriteNegotiatesTheFormat(t *testing.T) {
 		if err := Write(rec, Format(r), k.Gather(Runtime{})); err != nil {
 			t.Fatal(err)
 		}
+		// The second negotiation of a header is remembered: the same answer.
+		if again := Format(r); again.FormatType() != c.want {
+			t.Errorf("Accept %q negotiated again: %s, want type %d", c.accept, again, c.want)
+		}
 		format := expfmt.ResponseFormat(rec.Header())
 		if format.FormatType() != c.want {
 			t.Errorf("Accept %q: served %s", c.accept, format)
