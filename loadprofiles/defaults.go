@@ -70,6 +70,15 @@ func (p *Profile) Default() {
 		if d := ph.Delete; d != nil && d.QPS == 0 {
 			d.QPS = DefaultQPS
 		}
+		if c := ph.Create; c != nil && c.Object != "" && c.Namespaces == 0 {
+			c.Namespaces = 1
+		}
+		if sc := ph.Scale; sc != nil && sc.QPS == 0 {
+			sc.QPS = DefaultQPS
+		}
+		if u := ph.Update; u != nil && u.QPS == 0 {
+			u.QPS = DefaultQPS
+		}
 		for _, w := range []*WaitPhase{ph.WaitRunning, ph.WaitGone} {
 			if w != nil && w.Timeout.Duration == 0 {
 				w.Timeout.Duration = DefaultWaitTimeout

@@ -53,6 +53,16 @@ type Driver struct {
 	Namespace string
 	// Progress, if set, is called at most once per second during Run.
 	Progress func(Progress)
+	// Objects creates and changes the objects of create phases with an
+	// object template; required by profiles that have one. objects.NewClient
+	// makes one from a rest.Config.
+	Objects ObjectClient
+	// Seed seeds the random functions of object templates and the factors
+	// of scale phases, so that a run can be replayed; 0 is a seed like any.
+	Seed uint64
+	// Workloads, if set, is called after each waitRunning that waited for
+	// objects, with how long each converged object took, by kind.
+	Workloads func(phase string, times WorkloadTimes)
 }
 
 // Progress is a snapshot of a run. Counts are over the pods the run created.
@@ -86,6 +96,10 @@ type run struct {
 	id        string // the fleetlet.io/run label value
 	pods      *tracker
 	services  serviceLedger
+	objects   *objectLedger
+	// watchAll says the pod watch covers every namespace: the profile
+	// spreads objects over namespaces of their own.
+	watchAll bool
 }
 
 // Run executes p's phases in order and returns the first phase's error, which
@@ -118,6 +132,8 @@ func (d *Driver) Run(ctx context.Context, p *Profile) (err error) {
 		namespace: d.Namespace,
 		id:        utilrand.String(8),
 		pods:      newTracker(),
+		objects:   newObjectLedger(d.Seed),
+		watchAll:  spreadsNamespaces(p),
 	}
 	if r.recorder == nil {
 		r.recorder = reports.Discard{}
@@ -176,11 +192,20 @@ func (d *Driver) Run(ctx context.Context, p *Profile) (err error) {
 
 func (r *run) runPhase(ctx context.Context, ph *Phase) error {
 	switch {
+	case ph.Create != nil && ph.Create.Object != "":
+		return r.createObjects(ctx, ph.Name, ph.Create)
 	case ph.Create != nil:
 		return r.create(ctx, ph.Name, ph.Create)
+	case ph.Scale != nil:
+		return r.scale(ctx, ph.Name, ph.Scale)
+	case ph.Update != nil:
+		return r.update(ctx, ph.Name, ph.Update)
 	case ph.WaitRunning != nil:
 		return r.waitRunning(ctx, ph.Name, ph.WaitRunning.Timeout.Duration)
 	case ph.Delete != nil:
+		if err := r.deleteObjects(ctx, ph.Delete.Phase, ph.Delete.QPS); err != nil || ph.Delete.Phase != "" {
+			return err
+		}
 		return r.delete(ctx, ph.Name, ph.Delete.QPS)
 	case ph.WaitGone != nil:
 		return r.waitGone(ctx, ph.Name, ph.WaitGone.Timeout.Duration)
@@ -197,22 +222,28 @@ func (r *run) runPhase(ctx context.Context, ph *Phase) error {
 // ensureNamespace creates the namespace if it is missing. An existing one is
 // used as it is, whoever made it.
 func (r *run) ensureNamespace(ctx context.Context) error {
+	return r.ensureNamespaceNamed(ctx, r.namespace)
+}
+
+// ensureNamespaceNamed is ensureNamespace for any namespace: the run's own,
+// or one a create phase spreads its objects over.
+func (r *run) ensureNamespaceNamed(ctx context.Context, name string) error {
 	namespaces := r.client.CoreV1().Namespaces()
-	_, err := namespaces.Get(ctx, r.namespace, metav1.GetOptions{})
+	_, err := namespaces.Get(ctx, name, metav1.GetOptions{})
 	if err == nil {
 		return nil
 	}
 	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("checking namespace %s: %w", r.namespace, err)
+		return fmt.Errorf("checking namespace %s: %w", name, err)
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name:   r.namespace,
+		Name:   name,
 		Labels: map[string]string{"app.kubernetes.io/managed-by": "fleetlet"},
 	}}
 	if _, err := namespaces.Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", r.namespace, err)
+		return fmt.Errorf("creating namespace %s: %w", name, err)
 	}
-	return r.waitForDefaultServiceAccount(ctx)
+	return r.waitForDefaultServiceAccount(ctx, name)
 }
 
 // serviceAccountTimeout bounds the wait for the controller-manager to give a
@@ -222,8 +253,8 @@ const serviceAccountTimeout = time.Minute
 // waitForDefaultServiceAccount waits until the namespace's "default"
 // ServiceAccount exists: until then the ServiceAccount admission plugin
 // refuses every pod, so creating early would fail the whole phase.
-func (r *run) waitForDefaultServiceAccount(ctx context.Context) error {
-	accounts := r.client.CoreV1().ServiceAccounts(r.namespace)
+func (r *run) waitForDefaultServiceAccount(ctx context.Context, namespace string) error {
+	accounts := r.client.CoreV1().ServiceAccounts(namespace)
 	selector := fields.OneTermEqualSelector(metav1.ObjectNameField, "default").String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -243,7 +274,7 @@ func (r *run) waitForDefaultServiceAccount(ctx context.Context) error {
 			return ok && e.Type != watch.Deleted && sa.Name == "default", nil
 		})
 	if err != nil {
-		return fmt.Errorf("namespace %s has no default ServiceAccount after %v (%v): is kube-controller-manager running?", r.namespace, serviceAccountTimeout, err)
+		return fmt.Errorf("namespace %s has no default ServiceAccount after %v (%v): is kube-controller-manager running?", namespace, serviceAccountTimeout, err)
 	}
 	return nil
 }
@@ -253,7 +284,11 @@ func (r *run) waitForDefaultServiceAccount(ctx context.Context) error {
 // RunningObserved and Gone and wake the phases waiting on the tracker.
 func (r *run) startWatch(ctx context.Context, bg *sync.WaitGroup) error {
 	selector := LabelRun + "=" + r.id
-	informer := coreinformers.NewFilteredPodInformer(r.client, r.namespace, 0, cache.Indexers{},
+	namespace := r.namespace
+	if r.watchAll {
+		namespace = metav1.NamespaceAll
+	}
+	informer := coreinformers.NewFilteredPodInformer(r.client, namespace, 0, cache.Indexers{},
 		func(o *metav1.ListOptions) { o.LabelSelector = selector })
 	handle := func(obj any) {
 		pod, ok := obj.(*corev1.Pod)
@@ -263,7 +298,13 @@ func (r *run) startWatch(ctx context.Context, bg *sync.WaitGroup) error {
 			return
 		}
 		now := r.clock.Now()
-		scheduled, running := r.pods.observe(pod, now)
+		first, scheduled, running := r.pods.observe(pod, now)
+		if first && pod.Labels[LabelObject] != "" {
+			// A controller made it: its creation is first seen here, the
+			// watch's delivery after the create, with the same clock as
+			// the other stamps (creationTimestamp has whole seconds).
+			r.recorder.Mark(pod.UID, reports.Created, now)
+		}
 		if scheduled {
 			r.recorder.Mark(pod.UID, reports.Scheduled, now)
 		}
@@ -435,7 +476,16 @@ func (r *run) waitRunning(ctx context.Context, phase string, timeout time.Durati
 			func(p *podRecord) bool { return p.created },
 			func(p *podRecord) bool { return p.running })
 	}
-	return err
+	if err != nil || len(r.phaseObjects("")) == 0 {
+		return err
+	}
+	if err := r.waitObjects(ctx, timer.C(), timeout); err != nil {
+		return err
+	}
+	if r.d.Workloads != nil {
+		r.d.Workloads(phase, r.workloadTimes())
+	}
+	return nil
 }
 
 // waitGone blocks until the watch has seen every deleted pod removed.
@@ -449,7 +499,10 @@ func (r *run) waitGone(ctx context.Context, phase string, timeout time.Duration)
 			func(p *podRecord) bool { return p.deleting },
 			func(p *podRecord) bool { return p.gone })
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return r.waitObjectPodsGone(ctx, timer.C(), timeout)
 }
 
 func (r *run) sleep(ctx context.Context, phase string, d time.Duration) error {

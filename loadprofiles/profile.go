@@ -198,6 +198,8 @@ type Phase struct {
 	Name string `json:"name,omitempty"`
 
 	Create      *CreatePhase `json:"create,omitempty"`
+	Scale       *ScalePhase  `json:"scale,omitempty"`
+	Update      *UpdatePhase `json:"update,omitempty"`
 	WaitRunning *WaitPhase   `json:"waitRunning,omitempty"`
 	Delete      *DeletePhase `json:"delete,omitempty"`
 	WaitGone    *WaitPhase   `json:"waitGone,omitempty"`
@@ -208,26 +210,77 @@ type Phase struct {
 	Services *ServicesPhase `json:"services,omitempty"`
 }
 
-// CreatePhase creates Count pods from Template at QPS pods per second.
+// CreatePhase creates Count pods from Template, or Count objects of any kind
+// from Object, at QPS creates per second.
 type CreatePhase struct {
 	Count int     `json:"count"`
 	QPS   float64 `json:"qps,omitempty"`
 	// Template is the pod to stamp out. The driver sets generateName from
 	// the phase name, the namespace, and the fleetlet.io/run and
 	// fleetlet.io/phase labels; the template must not set them.
-	Template corev1.PodTemplateSpec `json:"template"`
+	Template corev1.PodTemplateSpec `json:"template,omitempty"`
+	// Object, instead of Template, is one object of any kind the API server
+	// serves (a Deployment, a StatefulSet, a Job, a ConfigMap, a custom
+	// resource), as a Go template of its YAML, as clusterloader2's object
+	// templates: {{.Index}} (0 to Count-1), {{.Name}} (<phase>-<index>, the
+	// object's name), {{.Namespace}}, the Params by their names, and
+	// clusterloader2's functions (AddInt, MultiplyInt, RandIntRange, ...,
+	// drawn from the run's seed). The driver names the object, puts it in
+	// its namespace, and stamps the run's labels on it and on its pod
+	// template, if its kind has one, so that its pods are the run's.
+	Object string `json:"object,omitempty"`
+	// Params are the template's named values, such as Replicas.
+	Params map[string]any `json:"params,omitempty"`
+	// Namespaces spreads the objects round-robin over this many namespaces,
+	// <namespace>-0 to <namespace>-<N-1>, made as the run's namespace is;
+	// default 1: the run's namespace itself. Objects only.
+	Namespaces int `json:"namespaces,omitempty"`
+}
+
+// ScalePhase sets spec.replicas of every object a create phase made, at QPS
+// updates per second: to Replicas, or, with Factor, to each object's
+// replicas as created times a factor drawn between Factor's two bounds
+// (clusterloader2's load test scales each Deployment to between 0.5 and 1.5
+// of its size).
+type ScalePhase struct {
+	// Phase is the create phase whose objects to scale; required.
+	Phase    string    `json:"phase"`
+	Replicas *int32    `json:"replicas,omitempty"`
+	Factor   []float64 `json:"factor,omitempty"`
+	QPS      float64   `json:"qps,omitempty"`
+}
+
+// UpdatePhase re-renders the object template of a create phase for each of
+// its objects, with the same index, name and namespace and with Params over
+// the create phase's, and applies it (server-side apply): a change to a pod
+// template is a rolling update, which a later waitRunning waits out.
+type UpdatePhase struct {
+	// Phase is the create phase whose objects to update; required.
+	Phase string `json:"phase"`
+	// Object replaces the create phase's template; default: the same one.
+	Object string         `json:"object,omitempty"`
+	Params map[string]any `json:"params,omitempty"`
+	QPS    float64        `json:"qps,omitempty"`
 }
 
 // WaitPhase blocks until a condition holds for every pod the run made, or
-// Timeout passes.
+// Timeout passes. waitRunning also waits for every object the run made
+// whose kind runs pods (Deployment, ReplicaSet, StatefulSet, DaemonSet, Job,
+// ReplicationController) to have all its desired pods Running and, after a
+// scale or an update, its rollout done, as clusterloader2's
+// WaitForControlledPodsRunning.
 type WaitPhase struct {
 	Timeout metav1.Duration `json:"timeout,omitempty"`
 }
 
-// DeletePhase deletes every pod the run created and has not yet deleted, at
-// QPS deletions per second.
+// DeletePhase deletes, at QPS deletions per second, every object the run
+// created and every pod it created and has not yet deleted; with Phase, only
+// the objects that create phase made. Objects are deleted in the background
+// (the garbage collector removes their pods, as clusterloader2's deletes do),
+// and a later waitGone waits for their pods to be gone.
 type DeletePhase struct {
-	QPS float64 `json:"qps,omitempty"`
+	QPS   float64 `json:"qps,omitempty"`
+	Phase string  `json:"phase,omitempty"`
 }
 
 // SleepPhase waits for Duration, to let the fleet settle or idle.
@@ -327,6 +380,12 @@ func (ph *Phase) actions() []string {
 	var names []string
 	if ph.Create != nil {
 		names = append(names, "create")
+	}
+	if ph.Scale != nil {
+		names = append(names, "scale")
+	}
+	if ph.Update != nil {
+		names = append(names, "update")
 	}
 	if ph.WaitRunning != nil {
 		names = append(names, "waitRunning")

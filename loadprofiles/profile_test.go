@@ -158,7 +158,7 @@ func TestParseErrors(t *testing.T) {
 	}, {
 		name: "no action in a phase",
 		old:  "  - delete: {}", new: "  - name: nothing",
-		want: `profile test.yaml: phases[2]: Required value: a phase needs one action: create, waitRunning, delete, waitGone, sleep, churn or services`,
+		want: `profile test.yaml: phases[2]: Required value: a phase needs one action: create, scale, update, waitRunning, delete, waitGone, sleep, churn or services`,
 	}, {
 		name: "unknown field in a churn",
 		old:  "lifetime: 10s", new: "lifetme: 10s",

@@ -29,7 +29,21 @@ type podRecord struct {
 	phase     corev1.PodPhase
 	nodeName  string
 	runningAt time.Time // when the watch first saw it Running: its RunningObserved stamp
+
+	// object is the run's object whose controller made the pod (its
+	// LabelObject); "" for the run's own pods. Such pods are never created
+	// nor deleted by the driver: they are counted per object instead.
+	object string
 }
+
+// live says the pod counts towards its object's running pods: Running now,
+// not terminating, not gone.
+func (r podRecord) live() bool {
+	return r.object != "" && r.phase == corev1.PodRunning && !r.terminating && !r.gone
+}
+
+// present says the pod of an object still exists, as far as the watch knows.
+func (r podRecord) present() bool { return r.object != "" && r.seen && !r.gone }
 
 // tally is the tracker's counts, or what one pod adds to them. The created,
 // scheduled, running and gone counts cover only pods whose create call
@@ -94,6 +108,9 @@ type tracker struct {
 	target int    // what the current phase is working towards, for Progress
 
 	n tally
+	// live and present count the pods of each object (podRecord.live and
+	// present), by LabelObject.
+	live, present map[string]int
 
 	// changed is closed, and replaced, whenever a count changes: waiters
 	// block on it instead of polling.
@@ -101,7 +118,7 @@ type tracker struct {
 }
 
 func newTracker() *tracker {
-	return &tracker{pods: map[types.UID]*podRecord{}, changed: make(chan struct{})}
+	return &tracker{pods: map[types.UID]*podRecord{}, live: map[string]int{}, present: map[string]int{}, changed: make(chan struct{})}
 }
 
 // record returns uid's record, making it on first sight; key, when known,
@@ -129,8 +146,27 @@ func (t *tracker) update(uid types.UID, key string, mutate func(*podRecord)) (be
 	before = *r
 	mutate(r)
 	after = *r
+	changed := false
 	if old, now := counts(before), counts(after); old != now {
 		t.n = t.n.minus(old).plus(now)
+		changed = true
+	}
+	for _, c := range []struct {
+		m     map[string]int
+		count func(podRecord) bool
+	}{{t.live, podRecord.live}, {t.present, podRecord.present}} {
+		was, is := c.count(before), c.count(after)
+		if was != is || (is && before.object != after.object) {
+			if was {
+				c.m[before.object]--
+			}
+			if is {
+				c.m[after.object]++
+			}
+			changed = true
+		}
+	}
+	if changed {
 		t.signal()
 	}
 	return before, after
@@ -143,12 +179,14 @@ func (t *tracker) signal() {
 }
 
 // observe takes a pod the watch delivered at now and reports which
-// milestones it shows for the first time.
-func (t *tracker) observe(pod *corev1.Pod, now time.Time) (scheduled, running bool) {
+// milestones it shows for the first time; first says this is the first
+// sight of it.
+func (t *tracker) observe(pod *corev1.Pod, now time.Time) (first, scheduled, running bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	before, after := t.update(pod.UID, pod.Namespace+"/"+pod.Name, func(r *podRecord) {
 		r.seen = true
+		r.object = pod.Labels[LabelObject]
 		r.phase, r.nodeName = pod.Status.Phase, pod.Spec.NodeName
 		r.terminating = pod.DeletionTimestamp != nil
 		if pod.Spec.NodeName != "" {
@@ -158,7 +196,21 @@ func (t *tracker) observe(pod *corev1.Pod, now time.Time) (scheduled, running bo
 			r.running, r.runningAt = true, now
 		}
 	})
-	return after.scheduled && !before.scheduled, after.running && !before.running
+	return !before.seen, after.scheduled && !before.scheduled, after.running && !before.running
+}
+
+// liveOf is the number of an object's pods Running now.
+func (t *tracker) liveOf(object string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.live[object]
+}
+
+// presentOf is the number of an object's pods that still exist.
+func (t *tracker) presentOf(object string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.present[object]
 }
 
 // observeGone takes a pod removal the watch delivered and reports whether it
@@ -203,7 +255,8 @@ func (t *tracker) toDelete() []podRef {
 	defer t.mu.Unlock()
 	var refs []podRef
 	for _, uid := range t.order {
-		if r := t.pods[uid]; !r.deleting && !r.gone {
+		// An object's pods go with their object.
+		if r := t.pods[uid]; !r.deleting && !r.gone && r.object == "" {
 			ns, name, _ := strings.Cut(r.key, "/")
 			refs = append(refs, podRef{uid: uid, namespace: ns, name: name})
 		}

@@ -96,10 +96,10 @@ func TestTrackerMilestones(t *testing.T) {
 		Spec:       corev1.PodSpec{NodeName: "node-1"},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}
-	if s, r := tr.observe(pod, t1); !s || !r {
+	if _, s, r := tr.observe(pod, t1); !s || !r {
 		t.Errorf("first observe = scheduled %v, running %v; want both", s, r)
 	}
-	if s, r := tr.observe(pod, t2); s || r {
+	if _, s, r := tr.observe(pod, t2); s || r {
 		t.Errorf("second observe = scheduled %v, running %v; want neither", s, r)
 	}
 	if p := tr.progress(); p.Created != 0 || p.Running != 0 {

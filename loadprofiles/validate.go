@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/fleetlet/fleetlet/fakeruntime"
+	"github.com/fleetlet/fleetlet/loadprofiles/objects"
 	"github.com/fleetlet/fleetlet/nodeagent"
 	"github.com/fleetlet/fleetlet/nodeagent/staticpods"
 )
@@ -76,6 +78,7 @@ func (p *Profile) Validate() error {
 		errs = append(errs, validatePhase(&p.Phases[i], phasesPath.Index(i))...)
 	}
 	errs = append(errs, uniqueServiceNames(p.Phases, phasesPath)...)
+	errs = append(errs, objectPhaseReferences(p.Phases, phasesPath)...)
 	// A waitRunning before any create, or a waitGone before any delete, waits
 	// for nothing; that is pointless but harmless, so it is not an error.
 	if len(errs) == 0 {
@@ -202,7 +205,7 @@ func validatePhase(ph *Phase, path *field.Path) field.ErrorList {
 	actions := ph.actions()
 	switch len(actions) {
 	case 0:
-		return append(errs, field.Required(path, "a phase needs one action: create, waitRunning, delete, waitGone, sleep, churn or services"))
+		return append(errs, field.Required(path, "a phase needs one action: create, scale, update, waitRunning, delete, waitGone, sleep, churn or services"))
 	case 1:
 	default:
 		for _, extra := range actions[1:] {
@@ -215,12 +218,45 @@ func validatePhase(ph *Phase, path *field.Path) field.ErrorList {
 	if c := ph.Create; c != nil {
 		cp := path.Child("create")
 		errs = append(errs, positive(c.Count, cp.Child("count"))...)
-		if c.Count > MaxPodsPerPhase {
-			errs = append(errs, field.Invalid(cp.Child("count"), c.Count, fmt.Sprintf(
-				"must be at most %d, the pods one phase may create", MaxPodsPerPhase)))
-		}
 		errs = append(errs, positiveRate(c.QPS, cp.Child("qps"))...)
-		errs = append(errs, validateTemplate(&c.Template, cp.Child("template"))...)
+		if c.Object == "" {
+			if c.Count > MaxPodsPerPhase {
+				errs = append(errs, field.Invalid(cp.Child("count"), c.Count, fmt.Sprintf(
+					"must be at most %d, the pods one phase may create", MaxPodsPerPhase)))
+			}
+			errs = append(errs, validateTemplate(&c.Template, cp.Child("template"))...)
+			if len(c.Params) > 0 {
+				errs = append(errs, field.Forbidden(cp.Child("params"), "params fill an object template; a pod template takes none"))
+			}
+			if c.Namespaces > 1 {
+				errs = append(errs, field.Forbidden(cp.Child("namespaces"), "pods are created in the run's namespace; spread objects with an object template instead"))
+			}
+		} else {
+			errs = append(errs, validateObjectCreate(ph.Name, c, cp)...)
+		}
+	}
+	if sc := ph.Scale; sc != nil {
+		sp := path.Child("scale")
+		errs = append(errs, positiveRate(sc.QPS, sp.Child("qps"))...)
+		switch {
+		case sc.Replicas == nil && sc.Factor == nil:
+			errs = append(errs, field.Required(sp, "give replicas (the same for every object) or factor (two bounds, such as [0.5, 1.5])"))
+		case sc.Replicas != nil && sc.Factor != nil:
+			errs = append(errs, field.Forbidden(sp.Child("factor"), "give replicas or factor, not both"))
+		case sc.Replicas != nil && *sc.Replicas < 0:
+			errs = append(errs, field.Invalid(sp.Child("replicas"), *sc.Replicas, "must not be negative"))
+		case sc.Factor != nil && (len(sc.Factor) != 2 || sc.Factor[0] < 0 || sc.Factor[0] > sc.Factor[1]):
+			errs = append(errs, field.Invalid(sp.Child("factor"), sc.Factor, "must be two bounds, low then high, neither negative, such as [0.5, 1.5]"))
+		}
+	}
+	if u := ph.Update; u != nil {
+		up := path.Child("update")
+		errs = append(errs, positiveRate(u.QPS, up.Child("qps"))...)
+		if u.Object != "" {
+			if _, err := objects.Parse(ph.Name, u.Object); err != nil {
+				errs = append(errs, field.Invalid(up.Child("object"), field.OmitValueType{}, err.Error()))
+			}
+		}
 	}
 	if w := ph.WaitRunning; w != nil {
 		errs = append(errs, notNegative(w.Timeout, path.Child("waitRunning", "timeout"))...)
@@ -297,6 +333,79 @@ func validateServices(name string, s *ServicesPhase, path *field.Path) field.Err
 // their Services would have the same names, and the second phase's creates
 // would all fail. (Names <name>-<i> of phases named differently never
 // collide: i is all digits, so the last "-" tells the name.)
+// MaxObjectsPerPhase is the most objects one create phase may make from an
+// object template: clusterloader2's load test at 5,000 nodes makes about
+// this many Deployments, StatefulSets, Jobs, Services and ConfigMaps in all.
+const MaxObjectsPerPhase = 100_000
+
+// validateObjectCreate checks a create phase with an object template: the
+// template parses, and the count and namespaces are within bounds. What the
+// template renders to is checked when the run renders it, with each index.
+func validateObjectCreate(name string, c *CreatePhase, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if c.Count > MaxObjectsPerPhase {
+		errs = append(errs, field.Invalid(path.Child("count"), c.Count, fmt.Sprintf(
+			"must be at most %d, the objects one phase may create", MaxObjectsPerPhase)))
+	}
+	if !reflect.DeepEqual(c.Template, corev1.PodTemplateSpec{}) {
+		errs = append(errs, field.Forbidden(path.Child("template"), "give a pod template or an object template, not both"))
+	}
+	if c.Namespaces < 0 {
+		errs = append(errs, field.Invalid(path.Child("namespaces"), c.Namespaces, "must be at least 1; leave it out for the run's namespace alone"))
+	}
+	if c.Namespaces > c.Count {
+		errs = append(errs, field.Invalid(path.Child("namespaces"), c.Namespaces, fmt.Sprintf(
+			"must be at most count (%d): a namespace with none of the phase's objects in it is never made", c.Count)))
+	}
+	if _, err := objects.Parse(name, c.Object); err != nil {
+		errs = append(errs, field.Invalid(path.Child("object"), field.OmitValueType{}, err.Error()))
+	}
+	return errs
+}
+
+// objectPhaseReferences checks the phase names that scale, update and
+// delete give: each must be an earlier create phase with an object
+// template, and create phases with object templates have names of their
+// own, since their objects are named after them.
+func objectPhaseReferences(phases []Phase, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	creates := map[string]int{}
+	for i, ph := range phases {
+		refer := func(action, name string) {
+			if name == "" {
+				return
+			}
+			if _, ok := creates[name]; !ok {
+				errs = append(errs, field.Invalid(path.Index(i).Child(action, "phase"), name,
+					"must name an earlier create phase with an object template"))
+			}
+		}
+		switch {
+		case ph.Create != nil && ph.Create.Object != "":
+			if j, ok := creates[ph.Name]; ok {
+				errs = append(errs, field.Invalid(path.Index(i).Child("name"), ph.Name, fmt.Sprintf(
+					"%s is a create phase of this name already, and objects are named after their phase: give each create phase its own name",
+					path.Index(j))))
+				continue
+			}
+			creates[ph.Name] = i
+		case ph.Scale != nil:
+			if ph.Scale.Phase == "" {
+				errs = append(errs, field.Required(path.Index(i).Child("scale", "phase"), "name the create phase whose objects to scale"))
+			}
+			refer("scale", ph.Scale.Phase)
+		case ph.Update != nil:
+			if ph.Update.Phase == "" {
+				errs = append(errs, field.Required(path.Index(i).Child("update", "phase"), "name the create phase whose objects to update"))
+			}
+			refer("update", ph.Update.Phase)
+		case ph.Delete != nil:
+			refer("delete", ph.Delete.Phase)
+		}
+	}
+	return errs
+}
+
 func uniqueServiceNames(phases []Phase, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	first := map[string]int{}

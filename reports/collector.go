@@ -287,6 +287,24 @@ func (p Phase) Summary() PhaseSummary {
 	}
 }
 
+// DurationSummary summarizes durations measured outside the collector,
+// such as the time each of a run's Deployments took to run all its pods,
+// as a PhaseSummary named name.
+func DurationSummary(name string, ds []time.Duration) PhaseSummary {
+	p := Phase{Name: name, Hist: NewHistogram()}
+	for _, d := range ds {
+		if d < 0 {
+			p.Anomalies++
+			continue
+		}
+		if recordMicros(p.Hist, d) {
+			p.Overflows++
+		}
+		p.Count++
+	}
+	return p.Summary()
+}
+
 // Summaries returns the summaries of phases, in order, for Report.Phases.
 func Summaries(phases []Phase) []PhaseSummary {
 	out := make([]PhaseSummary, len(phases))

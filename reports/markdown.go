@@ -68,14 +68,19 @@ func RenderMarkdown(w io.Writer, r *Report) error {
 	if len(v.SLIs) > 0 {
 		p("\n## Pod startup SLIs\n\n")
 		p("The pod startup latency SLIs under clusterloader2's names, measured from in-process monotonic milestones.\n\n")
-		mdPhaseTable(bw, "SLI", v.SLIs)
+		mdPhaseTable(bw, "SLI", v.SLIs, "pods")
 		for _, n := range v.SLINotes {
 			p("\n%s\n", mdText(n))
 		}
 	}
 	if len(v.Phases) > 0 {
 		p("\n## Phases\n\n")
-		mdPhaseTable(bw, "phase", v.Phases)
+		mdPhaseTable(bw, "phase", v.Phases, "pods")
+	}
+	if len(v.Workloads) > 0 {
+		p("\n## Workloads\n\n")
+		p("Per waitRunning phase and kind, the time from each object's create, scale or update call to all its desired pods Running and its rollout done, as clusterloader2's WaitForControlledPodsRunning; one value per object.\n\n")
+		mdPhaseTable(bw, "phase/kind", v.Workloads, "objects")
 	}
 	if len(v.Notes) > 0 {
 		p("\n")
@@ -150,7 +155,7 @@ func kvRows(kvs []keyValue) [][]string {
 
 // mdPhaseTable writes phases or SLIs, with their milestones if the rows
 // have them.
-func mdPhaseTable(w io.Writer, title string, rows []phaseRow) {
+func mdPhaseTable(w io.Writer, title string, rows []phaseRow, counted string) {
 	span := len(rows) > 0 && rows[0].Span != ""
 	cells := make([][]string, 0, len(rows))
 	for _, r := range rows {
@@ -164,7 +169,7 @@ func mdPhaseTable(w io.Writer, title string, rows []phaseRow) {
 	if span {
 		header, align = append(header, "from → to"), align+"-"
 	}
-	header = append(header, "pods", "min ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "excluded")
+	header = append(header, counted, "min ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "excluded")
 	mdTable(w, header, align+"rrrrrrr", cells)
 }
 

@@ -41,6 +41,11 @@ type Report struct {
 	// SLIs (optional) are the pod startup SLIs under clusterloader2's names,
 	// built from SLIPhases, in that order.
 	SLIs []PhaseSummary `json:"slis,omitempty"`
+	// Workloads (optional) are, per waitRunning phase and kind, how long the
+	// run's objects took from their create, scale or update call to every
+	// desired pod Running and their rollout done, one value per object
+	// (Count is objects, not pods); named <phase>/<Kind>.
+	Workloads []PhaseSummary `json:"workloads,omitempty"`
 	// NetworkProgrammingNodes, with the network_programming SLI, says how
 	// the nodes' own p99s spread.
 	NetworkProgrammingNodes *NetworkProgrammingNodes `json:"networkProgrammingNodes,omitempty"`

@@ -22,11 +22,15 @@ func RenderSummary(w io.Writer, r *Report) {
 
 	if len(v.Phases) > 0 {
 		fmt.Fprintln(w)
-		writePhaseTable(w, "PHASE", v.Phases)
+		writePhaseTable(w, "PHASE", v.Phases, "PODS")
+	}
+	if len(v.Workloads) > 0 {
+		fmt.Fprintln(w)
+		writePhaseTable(w, "WORKLOAD", v.Workloads, "OBJECTS")
 	}
 	if len(v.SLIs) > 0 {
 		fmt.Fprintln(w)
-		writePhaseTable(w, "SLI", v.SLIs)
+		writePhaseTable(w, "SLI", v.SLIs, "PODS")
 		for _, n := range v.SLINotes {
 			fmt.Fprintln(w, n)
 		}
@@ -83,12 +87,12 @@ func summaryHeader(profile string, run runView) string {
 }
 
 // writePhaseTable writes phases (or SLIs) with their percentiles.
-func writePhaseTable(w io.Writer, title string, phases []phaseRow) {
+func writePhaseTable(w io.Writer, title string, phases []phaseRow, counted string) {
 	rows := make([][]string, 0, len(phases))
 	for _, p := range phases {
 		rows = append(rows, []string{p.Name, p.Count, p.P50, p.P90, p.P99, p.Max})
 	}
-	writeTable(w, 1, []string{title, "PODS", "P50 ms", "P90 ms", "P99 ms", "MAX ms"}, rows)
+	writeTable(w, 1, []string{title, counted, "P50 ms", "P90 ms", "P99 ms", "MAX ms"}, rows)
 }
 
 // summaryVerdicts are the SLO table's verdict cells: a failure in capitals,

@@ -38,6 +38,7 @@ type reportView struct {
 	SLIs       []phaseRow
 	SLINotes   []string // pods an SLI leaves out
 	Phases     []phaseRow
+	Workloads  []phaseRow
 	Notes      []string // anomalies and overflows, of phases and SLIs
 
 	API       []apiRow
@@ -129,6 +130,7 @@ func buildView(r *Report) reportView {
 	v.SLIs = sliRows(r)
 	v.SLINotes = excludedNotes(r)
 	v.Phases = phaseTableRows(r)
+	v.Workloads = phaseRows(r.Workloads, nil)
 	v.Notes = phaseNotes(r)
 
 	v.API = apiRows(r)

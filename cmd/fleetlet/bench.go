@@ -145,6 +145,12 @@ func benchFleet(ctx context.Context, v *viper.Viper) error {
 		for i := range repeat {
 			r, err := benchOne(ctx, v, n, filepath.Join(dir, fmt.Sprintf("nodes-%d-run-%d", n, i+1)), &rssBase)
 			if err != nil {
+				// What the run measured before it failed (an idle window
+				// before a failed scrape or load) is a result: print it.
+				if r.cpuPerNode > 0 {
+					fmt.Fprintf(os.Stderr, "fleetlet: %d nodes, run %d, measured before it failed:\n", n, i+1)
+					printBench(os.Stderr, []benchResult{r})
+				}
 				return fmt.Errorf("%d nodes, run %d: %w", n, i+1, err)
 			}
 			runs = append(runs, r)

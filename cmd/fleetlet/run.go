@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetlet/fleetlet/loadprofiles"
+	"github.com/fleetlet/fleetlet/loadprofiles/objects"
 	"github.com/fleetlet/fleetlet/nodeagent"
 	"github.com/fleetlet/fleetlet/reports"
 )
@@ -174,7 +178,11 @@ type profileRun struct {
 	profile *loadprofiles.Profile
 	// client is the load driver's: the admin's credentials with a limiter
 	// loose enough for the profile's rates.
-	client    kubernetes.Interface
+	client kubernetes.Interface
+	// objects is the driver's client for objects of any kind.
+	objects loadprofiles.ObjectClient
+	// workloads are the objects' times to running, per waitRunning.
+	workloads workloadTimes
 	collector *reports.Collector
 	counter   *reports.APICounter
 	lateness  *reports.LeaseLateness
@@ -219,6 +227,8 @@ func startRun(ctx context.Context, opts sessionOptions) (*profileRun, error) {
 	if r.cluster != nil {
 		client, cerr := kubernetes.NewForConfig(driverConfig(r.cluster.admin, opts.Profile))
 		r.client, err = client, errors.Join(err, cerr)
+		objs, oerr := objects.NewClient(driverConfig(r.cluster.admin, opts.Profile))
+		r.objects, err = objs, errors.Join(err, oerr)
 		if cerr == nil && r.fleetRunning() {
 			r.readiness = watchReadiness(ctx, client, r.fleet.NodeNames())
 		}
@@ -243,7 +253,10 @@ func (r *profileRun) scrape(ctx context.Context) *reports.Metrics {
 
 // drive runs the profile's phases.
 func (r *profileRun) drive(ctx context.Context) error {
-	d := &loadprofiles.Driver{Client: r.client, Recorder: r.collector, Progress: progressPrinter()}
+	d := &loadprofiles.Driver{
+		Client: r.client, Objects: r.objects, Recorder: r.collector, Progress: progressPrinter(),
+		Workloads: r.workloads.add,
+	}
 	return d.Run(ctx, r.profile)
 }
 
@@ -264,6 +277,12 @@ func driverConfig(admin *rest.Config, p *loadprofiles.Profile) *rest.Config {
 		}
 		if ph.Services != nil && ph.Services.QPS > maxQPS {
 			maxQPS = ph.Services.QPS
+		}
+		if ph.Scale != nil && ph.Scale.QPS > maxQPS {
+			maxQPS = ph.Scale.QPS
+		}
+		if ph.Update != nil && ph.Update.QPS > maxQPS {
+			maxQPS = ph.Update.QPS
 		}
 	}
 	cfg.QPS = float32(2 * maxQPS)
@@ -289,6 +308,7 @@ func (s *profileRun) report(metrics *reports.Metrics, runErr error) *reports.Rep
 		Series:           reports.Series{Pods: s.collector.PodSeries(), API: s.counter.RequestSeries()},
 		Settings:         s.settings,
 	}
+	rep.Workloads = s.workloads.summaries()
 	if np := s.netprog.Summary(); np.Count > 0 {
 		rep.SLIs = append(rep.SLIs, np)
 		nodes := s.netprog.PerNode()
@@ -359,4 +379,39 @@ func progressPrinter() func(loadprofiles.Progress) {
 		}
 		calls++
 	}
+}
+
+// workloadTimes keeps what each waitRunning phase measured of the run's
+// objects, in phase order, for the report's workloads table.
+type workloadTimes struct {
+	mu     sync.Mutex
+	phases []string
+	times  map[string]loadprofiles.WorkloadTimes
+}
+
+// add is the driver's Workloads callback.
+func (w *workloadTimes) add(phase string, times loadprofiles.WorkloadTimes) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.times == nil {
+		w.times = map[string]loadprofiles.WorkloadTimes{}
+	}
+	if _, ok := w.times[phase]; !ok {
+		w.phases = append(w.phases, phase)
+	}
+	w.times[phase] = times
+}
+
+// summaries are the report's rows: per phase, per kind in name order.
+func (w *workloadTimes) summaries() []reports.PhaseSummary {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []reports.PhaseSummary
+	for _, phase := range w.phases {
+		kinds := slices.Sorted(maps.Keys(w.times[phase]))
+		for _, kind := range kinds {
+			out = append(out, reports.DurationSummary(phase+"/"+kind, w.times[phase][kind]))
+		}
+	}
+	return out
 }

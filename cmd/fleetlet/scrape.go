@@ -23,8 +23,10 @@ import (
 	"github.com/spf13/viper"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 )
 
 // The kubelet endpoints a Prometheus set up for kubelets scrapes (the
@@ -142,9 +144,23 @@ func runScrape(ctx context.Context, v *viper.Viper, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v.GetString("selector")})
-	if err != nil {
-		return fmt.Errorf("listing the Nodes to scrape: %w", err)
+	// Prometheus's service discovery retries a failed list; so does this,
+	// for a minute, since a loaded API server may drop one.
+	var nodes *corev1.NodeList
+	var listErr error
+	waitErr := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 6, Cap: 30 * time.Second},
+		func(ctx context.Context) (bool, error) {
+			var lerr error
+			nodes, lerr = client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v.GetString("selector")})
+			if lerr != nil {
+				listErr = lerr
+				klog.FromContext(ctx).Info("Listing the Nodes to scrape failed; retrying", "err", lerr)
+				return false, nil
+			}
+			return true, nil
+		})
+	if nodes == nil {
+		return fmt.Errorf("listing the Nodes to scrape: %w", errors.Join(listErr, waitErr))
 	}
 	targets := scrapeTargets(nodes.Items)
 	if len(targets) == 0 {
