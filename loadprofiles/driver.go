@@ -173,6 +173,9 @@ func (d *Driver) Run(ctx context.Context, p *Profile) (err error) {
 	if d.Progress != nil {
 		bg.Go(func() { r.reportProgress(bgCtx) })
 	}
+	if d.Objects != nil && makesObjects(p) {
+		bg.Go(func() { r.watchObjects(bgCtx) })
+	}
 
 	for i := range p.Phases {
 		ph := &p.Phases[i]
@@ -302,8 +305,16 @@ func (r *run) startWatch(ctx context.Context, bg *sync.WaitGroup) error {
 		if first && pod.Labels[LabelObject] != "" {
 			// A controller made it: its creation is first seen here, the
 			// watch's delivery after the create, with the same clock as
-			// the other stamps (creationTimestamp has whole seconds).
-			r.recorder.Mark(pod.UID, reports.Created, now)
+			// the other stamps (creationTimestamp has whole seconds). A
+			// pod already bound when first seen was created earlier than
+			// the watch says, and the agent may have stamped its binding
+			// already: its creationTimestamp, a second's floor, is then
+			// the better stamp.
+			created := now
+			if pod.Spec.NodeName != "" && !pod.CreationTimestamp.IsZero() && pod.CreationTimestamp.Time.Before(now) {
+				created = pod.CreationTimestamp.Time
+			}
+			r.recorder.Mark(pod.UID, reports.Created, created)
 		}
 		if scheduled {
 			r.recorder.Mark(pod.UID, reports.Scheduled, now)

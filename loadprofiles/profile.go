@@ -253,7 +253,8 @@ type ScalePhase struct {
 // UpdatePhase re-renders the object template of a create phase for each of
 // its objects, with the same index, name and namespace and with Params over
 // the create phase's, and applies it (server-side apply): a change to a pod
-// template is a rolling update, which a later waitRunning waits out.
+// template is a rolling update, which a later waitRunning waits out. An
+// object a scale phase resized keeps that size.
 type UpdatePhase struct {
 	// Phase is the create phase whose objects to update; required.
 	Phase string `json:"phase"`

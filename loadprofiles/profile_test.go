@@ -299,7 +299,7 @@ func TestValidateReportsEveryProblemOnItsOwnLine(t *testing.T) {
 }
 
 func TestBuiltins(t *testing.T) {
-	if got, want := strings.Join(BuiltinNames(), ","), "churn,density,density-1k,eviction-storm,heartbeat,lifecycle,quickstart,scheduler-throughput,services,smoke,soak,sweep"; got != want {
+	if got, want := strings.Join(BuiltinNames(), ","), "churn,density,density-1k,eviction-storm,heartbeat,lifecycle,load,quickstart,scheduler-throughput,services,smoke,soak,sweep"; got != want {
 		t.Fatalf("BuiltinNames = %s, want %s", got, want)
 	}
 	for _, name := range BuiltinNames() {
@@ -435,7 +435,7 @@ func TestBuiltinShapes(t *testing.T) {
 
 func TestLoadUnknownName(t *testing.T) {
 	_, err := Load("nosuch")
-	want := `unknown profile "nosuch": the built-in profiles are churn, density, density-1k, eviction-storm, heartbeat, lifecycle, quickstart, scheduler-throughput, services, smoke, soak, sweep; a path to a YAML profile works too`
+	want := `unknown profile "nosuch": the built-in profiles are churn, density, density-1k, eviction-storm, heartbeat, lifecycle, load, quickstart, scheduler-throughput, services, smoke, soak, sweep; a path to a YAML profile works too`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load(nosuch) error:\n got: %v\nwant: %s", err, want)
 	}

@@ -49,8 +49,9 @@ type objectRecord struct {
 	obj   *unstructured.Unstructured
 	// pods says its kind runs pods, so that waitRunning waits for them.
 	pods bool
-	// replicas is spec.replicas as created, for a scale by factor.
-	replicas int64
+	// replicas is spec.replicas as created, for a scale by factor;
+	// scaledTo what the last scale phase set, -1 if none did.
+	replicas, scaledTo int64
 	// since is when the last create, scale or update of it was sent; done
 	// when a waitRunning first saw it converged since then.
 	since, done time.Time
@@ -72,6 +73,15 @@ type objectLedger struct {
 	// namespaces made (or found) by the run, beside its own.
 	namespaces map[string]bool
 	rng        *rand.Rand
+	// touched is closed, and replaced, when an object is added, changed or
+	// converges: watchObjects and waitObjects wait on it.
+	touched chan struct{}
+}
+
+// signal wakes what waits on touched; the caller holds l.mu.
+func (l *objectLedger) signal() {
+	close(l.touched)
+	l.touched = make(chan struct{})
 }
 
 func newObjectLedger(seed uint64) *objectLedger {
@@ -80,8 +90,19 @@ func newObjectLedger(seed uint64) *objectLedger {
 		templates:  map[string]*objects.Template{},
 		params:     map[string]map[string]any{},
 		namespaces: map[string]bool{},
+		touched:    make(chan struct{}),
 		rng:        rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 	}
+}
+
+// makesObjects reports whether p has a create phase with an object template.
+func makesObjects(p *Profile) bool {
+	for _, ph := range p.Phases {
+		if ph.Create != nil && ph.Create.Object != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // spreadsNamespaces reports whether a phase of p creates objects in
@@ -201,10 +222,11 @@ func (r *run) createObjects(ctx context.Context, phase string, c *CreatePhase) e
 			}
 			_, runsPods := objects.PodTemplate(obj)
 			replicas, _, _ := unstructured.NestedInt64(obj.Object, "spec", "replicas")
-			rec := &objectRecord{phase: phase, index: i, name: obj.GetName(), obj: obj, pods: runsPods, replicas: replicas, since: sent}
+			rec := &objectRecord{phase: phase, index: i, name: obj.GetName(), obj: obj, pods: runsPods, replicas: replicas, scaledTo: -1, since: sent}
 			r.objects.mu.Lock()
 			r.objects.list = append(r.objects.list, rec)
 			r.objects.byPhase[phase] = append(r.objects.byPhase[phase], rec)
+			r.objects.signal()
 			r.objects.mu.Unlock()
 			return nil
 		})
@@ -256,6 +278,7 @@ func (r *run) forEachObject(ctx context.Context, recs []*objectRecord, qps float
 			}
 			r.objects.mu.Lock()
 			rec.since, rec.converged, rec.reported, rec.done, rec.missing = sent, false, false, time.Time{}, ""
+			r.objects.signal()
 			r.objects.mu.Unlock()
 			return nil
 		})
@@ -280,7 +303,13 @@ func (r *run) scale(ctx context.Context, phase string, s *ScalePhase) error {
 	}
 	r.objects.mu.Unlock()
 	return r.forEachObject(ctx, recs, s.QPS, "scales", func(rec *objectRecord) error {
-		return r.d.Objects.SetReplicas(ctx, rec.obj, targets[rec])
+		if err := r.d.Objects.SetReplicas(ctx, rec.obj, targets[rec]); err != nil {
+			return err
+		}
+		r.objects.mu.Lock()
+		rec.scaledTo = int64(targets[rec])
+		r.objects.mu.Unlock()
+		return nil
 	})
 }
 
@@ -311,6 +340,17 @@ func (r *run) update(ctx context.Context, phase string, u *UpdatePhase) error {
 		if err != nil {
 			return err
 		}
+		// An update keeps the size a scale phase gave the object: the
+		// template's replicas are its size as created, and applying them
+		// would undo the scale along with the rollout.
+		r.objects.mu.Lock()
+		scaledTo := rec.scaledTo
+		r.objects.mu.Unlock()
+		if _, has, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", "replicas"); has && scaledTo >= 0 {
+			if err := unstructured.SetNestedField(obj.Object, scaledTo, "spec", "replicas"); err != nil {
+				return err
+			}
+		}
 		rendered[rec] = obj
 	}
 	return r.forEachObject(ctx, recs, u.QPS, "updates", func(rec *objectRecord) error {
@@ -336,29 +376,30 @@ func (r *run) deleteObjects(ctx context.Context, phase string, qps float64) erro
 	})
 }
 
-// waitObjects blocks until every live object of the run whose kind runs
-// pods has converged (objects.Converged: its desired pods Running and its
-// rollout done), or timeout fires. An object is read only when the pod
-// watch counts as many of its pods running as it last wanted, or every
-// objectPollInterval once it does, so that the wait costs the API server a
-// few reads per object, not a poll of every object.
-func (r *run) waitObjects(ctx context.Context, timeout <-chan time.Time, after time.Duration) error {
+// watchObjects runs for the whole run, beside the pod watch, and marks
+// each object converged (objects.Converged: its desired pods Running and its
+// rollout done) as soon as it is, so that an object's time is when it got
+// there, not when a later waitRunning looked. An object is read when it is
+// new or changed, and then only once the pod watch counts as many of its
+// pods running as it last wanted, every objectPollInterval while it does:
+// the watch costs the API server a few reads per object, not a poll of
+// every object.
+func (r *run) watchObjects(ctx context.Context) {
 	poll := r.clock.NewTimer(objectPollInterval)
 	defer poll.Stop()
 	wanted := map[*objectRecord]int{} // desired pods at the last read
 	for {
 		changed := r.pods.changes()
-		pending := 0
 		for _, rec := range r.phaseObjects("") {
 			r.objects.mu.Lock()
 			skip := !rec.pods || rec.converged
+			since := rec.since
 			r.objects.mu.Unlock()
 			if skip {
 				continue
 			}
 			running := r.pods.liveOf(rec.name)
 			if want, ok := wanted[rec]; ok && running < want {
-				pending++
 				r.objects.mu.Lock()
 				rec.missing = fmt.Sprintf("%d/%d running", running, want)
 				r.objects.mu.Unlock()
@@ -367,10 +408,9 @@ func (r *run) waitObjects(ctx context.Context, timeout <-chan time.Time, after t
 			obj := rec.obj.DeepCopy()
 			if err := r.d.Objects.Get(ctx, obj); err != nil {
 				if ctx.Err() != nil {
-					return ctx.Err()
+					return
 				}
 				klog.FromContext(ctx).V(2).Info("Reading an object failed; trying again", "object", klog.KRef(rec.obj.GetNamespace(), rec.name), "err", err)
-				pending++
 				continue
 			}
 			if n, ok := objects.DesiredPods(obj); ok {
@@ -379,22 +419,49 @@ func (r *run) waitObjects(ctx context.Context, timeout <-chan time.Time, after t
 			ok, missing := objects.Converged(obj, running)
 			now := r.clock.Now()
 			r.objects.mu.Lock()
-			rec.missing = missing
-			if ok {
-				rec.converged, rec.done = true, now
+			// A scale or an update sent while it was read starts again.
+			if rec.since.Equal(since) {
+				rec.missing = missing
+				if ok {
+					rec.converged, rec.done = true, now
+					delete(wanted, rec)
+					r.objects.signal()
+				}
 			}
 			r.objects.mu.Unlock()
-			if !ok {
+		}
+		r.objects.mu.Lock()
+		touched := r.objects.touched
+		r.objects.mu.Unlock()
+		select {
+		case <-changed:
+		case <-touched:
+		case <-poll.C():
+			poll.Reset(objectPollInterval)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// waitObjects blocks until every live object of the run whose kind runs
+// pods has converged, as watchObjects marks them, or timeout fires.
+func (r *run) waitObjects(ctx context.Context, timeout <-chan time.Time, after time.Duration) error {
+	for {
+		r.objects.mu.Lock()
+		pending := 0
+		for _, rec := range r.objects.list {
+			if rec.pods && !rec.deleted && !rec.converged {
 				pending++
 			}
 		}
+		touched := r.objects.touched
+		r.objects.mu.Unlock()
 		if pending == 0 {
 			return nil
 		}
 		select {
-		case <-changed:
-		case <-poll.C():
-			poll.Reset(objectPollInterval)
+		case <-touched:
 		case <-timeout:
 			return r.objectStragglers(after)
 		case <-ctx.Done():
