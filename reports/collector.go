@@ -2,6 +2,7 @@ package reports
 
 import (
 	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,6 +35,13 @@ type Collector struct {
 	// shards has a power-of-two length; mask is that length minus one.
 	shards []collectorShard
 	mask   uint64
+
+	// groups interns the names SetGroup is given: a pod holds the index
+	// of its group plus one, 0 for none. Few callers set groups (the load
+	// driver, once per pod), so one lock serves them.
+	groupsMu sync.Mutex
+	groups   []string
+	groupIDs map[string]uint16
 }
 
 type collectorShard struct {
@@ -48,8 +56,9 @@ type collectorShard struct {
 }
 
 type podStamps struct {
-	set uint16 // bit m is set when at[m] holds a stamp
-	at  [numMilestones]time.Duration
+	set   uint16 // bit m is set when at[m] holds a stamp
+	group uint16 // the Collector's groups index plus one; 0: no group
+	at    [numMilestones]time.Duration
 }
 
 // Stamps fit in the bitmask.
@@ -64,10 +73,11 @@ func NewCollector() *Collector {
 // of two.
 func newCollector(shards int) *Collector {
 	c := &Collector{
-		base:   time.Now(),
-		seed:   maphash.MakeSeed(),
-		shards: make([]collectorShard, shards),
-		mask:   uint64(shards - 1),
+		base:     time.Now(),
+		seed:     maphash.MakeSeed(),
+		shards:   make([]collectorShard, shards),
+		mask:     uint64(shards - 1),
+		groupIDs: map[string]uint16{},
 	}
 	for i := range c.shards {
 		c.shards[i].pods = make(map[types.UID]*podStamps)
@@ -104,6 +114,47 @@ func (c *Collector) Mark(pod types.UID, m Milestone, at time.Time) {
 		p.at[m] = offset
 	}
 	s.mu.Unlock()
+}
+
+// maxGroups bounds the distinct group names (they are numbered in a uint16);
+// SetGroup ignores new names past it.
+const maxGroups = 1<<16 - 1
+
+// SetGroup puts pod in the named group, so that GroupPhases can split the
+// phases by it; the load driver names a pod's group after the phase that
+// created it, or its owning object, and that object's kind. A pod is in one
+// group: the last SetGroup wins. An empty name takes the pod out of its
+// group. It may come before or after the pod's first Mark.
+func (c *Collector) SetGroup(pod types.UID, group string) {
+	var id uint16
+	if group != "" {
+		c.groupsMu.Lock()
+		id = c.groupIDs[group]
+		if id == 0 && len(c.groups) < maxGroups {
+			c.groups = append(c.groups, group)
+			id = uint16(len(c.groups))
+			c.groupIDs[group] = id
+		}
+		c.groupsMu.Unlock()
+		if id == 0 {
+			return
+		}
+	}
+	s := &c.shards[maphash.String(c.seed, string(pod))&c.mask]
+	s.mu.Lock()
+	p := s.pods[pod]
+	if p == nil {
+		p = new(podStamps)
+		s.pods[pod] = p
+	}
+	p.group = id
+	s.mu.Unlock()
+}
+
+// A Grouper sorts pods into named groups; the Collector is one. The load
+// driver groups the pods of a run when its Recorder is a Grouper.
+type Grouper interface {
+	SetGroup(pod types.UID, group string)
 }
 
 // Count returns the number of pods that reached m.
@@ -195,11 +246,30 @@ type Phase struct {
 // then read at a slightly different moment, which only matters for pods
 // stamped meanwhile.
 func (c *Collector) Phases(specs []PhaseSpec) []Phase {
-	phases := make([]Phase, len(specs))
+	return c.phases(specs, false)[0]
+}
+
+// GroupPhases builds Phases(specs) for each group of pods (SetGroup), by
+// group name, in the order the groups were first named. Pods in no group
+// are left out. A group whose pods have no phase's milestones yet still
+// has its (empty) phases.
+func (c *Collector) GroupPhases(specs []PhaseSpec) (names []string, phases [][]Phase) {
+	c.groupsMu.Lock()
+	names = slices.Clone(c.groups)
+	c.groupsMu.Unlock()
+	all := c.phases(specs, true)
+	// Groups named after the read of names have pods counted in all, but
+	// no name to show: leave them for the next call.
+	return names, all[1 : len(names)+1]
+}
+
+// phases builds the histograms of specs over every pod (out[0]), or, when
+// byGroup, one set per group: out[g] for the pods of group index g-1, out[0]
+// for pods in no group.
+func (c *Collector) phases(specs []PhaseSpec, byGroup bool) [][]Phase {
 	masks := make([]uint16, len(specs))
 	excludes := make([]uint16, len(specs))
 	for i, sp := range specs {
-		phases[i] = Phase{Name: sp.Name, Hist: NewHistogram()}
 		if sp.From < 0 || sp.From >= numMilestones || sp.To < 0 || sp.To >= numMilestones {
 			continue // a mask of 0 matches no pod: the phase stays empty
 		}
@@ -210,15 +280,36 @@ func (c *Collector) Phases(specs []PhaseSpec) []Phase {
 			}
 		}
 	}
+	var out [][]Phase
+	set := func(g int) []Phase {
+		for len(out) <= g {
+			ps := make([]Phase, len(specs))
+			for i, sp := range specs {
+				ps[i] = Phase{Name: sp.Name, Hist: NewHistogram()}
+			}
+			out = append(out, ps)
+		}
+		return out[g]
+	}
+	set(0)
+	if byGroup {
+		c.groupsMu.Lock()
+		set(len(c.groups))
+		c.groupsMu.Unlock()
+	}
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
 		for _, p := range s.pods {
+			ps := out[0]
+			if byGroup {
+				ps = set(int(p.group))
+			}
 			for j, sp := range specs {
 				if masks[j] == 0 || p.set&masks[j] != masks[j] {
 					continue
 				}
-				ph := &phases[j]
+				ph := &ps[j]
 				if p.set&excludes[j] != 0 {
 					ph.Excluded++
 					continue
@@ -236,7 +327,7 @@ func (c *Collector) Phases(specs []PhaseSpec) []Phase {
 		}
 		s.mu.Unlock()
 	}
-	return phases
+	return out
 }
 
 // PhaseSummary is a phase as it stands in the report. Times are in

@@ -73,6 +73,11 @@ func RenderMarkdown(w io.Writer, r *Report) error {
 			p("\n%s\n", mdText(n))
 		}
 	}
+	if len(v.PodGroups) > 0 {
+		p("\n## Pod startup by group\n\n")
+		p("The `pod_startup` SLI split by the profile phase that created the pods, or their owning object, and the owning kind (*Pod*: the driver's own pods); a controller's pod counts from its own creation. Per kind over its groups where a kind has several. The other SLIs and phases of each group are in report.json (podGroups).\n\n")
+		mdPhaseTable(bw, "phase/kind", v.PodGroups, "pods")
+	}
 	if len(v.Phases) > 0 {
 		p("\n## Phases\n\n")
 		mdPhaseTable(bw, "phase", v.Phases, "pods")

@@ -3,6 +3,7 @@ package reports
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -94,6 +95,9 @@ func Merge(reports ...*Report) (*Report, error) {
 	}
 	if len(out.SLIs) == 0 {
 		out.SLIs = nil
+	}
+	if out.PodGroups, err = mergePodGroups(reports); err != nil {
+		return nil, fmt.Errorf("merging reports: %w", err)
 	}
 	if out.API, err = mergeAPI(reports); err != nil {
 		return nil, fmt.Errorf("merging reports: api: %w", err)
@@ -214,7 +218,7 @@ func sameThresholds(a, b *SLOThresholds) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Defaulted() == b.Defaulted()
+	return reflect.DeepEqual(a.Defaulted(), b.Defaulted())
 }
 
 // mergeSettings unites the reports' settings; a setting that differs between

@@ -41,6 +41,12 @@ type Report struct {
 	// SLIs (optional) are the pod startup SLIs under clusterloader2's names,
 	// built from SLIPhases, in that order.
 	SLIs []PhaseSummary `json:"slis,omitempty"`
+	// PodGroups (optional) split Phases and SLIs by the pods' groups: the
+	// load driver puts each pod in the group of the profile phase that
+	// created it (or created the object that owns it) and of its owning
+	// kind, "Pod" for the driver's own pods. In the order the groups were
+	// first seen.
+	PodGroups []PodGroup `json:"podGroups,omitempty"`
 	// Workloads (optional) are, per waitRunning phase and kind, how long the
 	// run's objects took from their create, scale or update call to every
 	// desired pod Running and their rollout done, one value per object
@@ -79,6 +85,17 @@ type Report struct {
 	// Errors says what went wrong during the run. A run that fails still
 	// writes its report, with what it measured until then.
 	Errors []string `json:"errors,omitempty"`
+}
+
+// PodGroup is the pods of one group: their phases and SLIs, built from the
+// same specs as the report's (DefaultPhases, SLIPhases), over the group's
+// pods only.
+type PodGroup struct {
+	// Name is "<phase>/<Kind>": the profile phase that created the pods or
+	// their owning object, and the object's kind ("Pod" for bare pods).
+	Name   string         `json:"name"`
+	Phases []PhaseSummary `json:"phases"`
+	SLIs   []PhaseSummary `json:"slis"`
 }
 
 // PodCounts are the numbers of pods that reached the load driver's

@@ -35,6 +35,10 @@ func RenderSummary(w io.Writer, r *Report) {
 			fmt.Fprintln(w, n)
 		}
 	}
+	if len(v.PodGroups) > 0 {
+		fmt.Fprintln(w)
+		writePhaseTable(w, "POD_STARTUP BY GROUP", v.PodGroups, "PODS")
+	}
 	if len(v.SLOSummary) > 0 {
 		fmt.Fprintln(w)
 		writeSLOTable(w, v)

@@ -39,7 +39,10 @@ type reportView struct {
 	SLINotes   []string // pods an SLI leaves out
 	Phases     []phaseRow
 	Workloads  []phaseRow
-	Notes      []string // anomalies and overflows, of phases and SLIs
+	// PodGroups is the pod_startup SLI per group of pods (phase and owning
+	// kind), then per kind over its groups.
+	PodGroups []phaseRow
+	Notes     []string // anomalies and overflows, of phases and SLIs
 
 	API       []apiRow
 	APIServer []apiServerRow
@@ -131,6 +134,7 @@ func buildView(r *Report) reportView {
 	v.SLINotes = excludedNotes(r)
 	v.Phases = phaseTableRows(r)
 	v.Workloads = phaseRows(r.Workloads, nil)
+	v.PodGroups = podGroupRows(r)
 	v.Notes = phaseNotes(r)
 
 	v.API = apiRows(r)
@@ -417,6 +421,22 @@ func settingRows(r *Report) []keyValue {
 		rows = append(rows, keyValue{k, r.Settings[k]})
 	}
 	return rows
+}
+
+// podGroupRows is the pod_startup SLI of each pod group, named after the
+// group, then of each kind that has several groups.
+func podGroupRows(r *Report) []phaseRow {
+	var rows []PhaseSummary
+	for _, g := range r.PodGroups {
+		if s, ok := g.SLI(SLIPodStartup); ok {
+			s.Name = g.Name
+			rows = append(rows, s)
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	return phaseRows(append(rows, kindSummaries(r.PodGroups)...), nil)
 }
 
 func phaseRows(phases []PhaseSummary, specs []PhaseSpec) []phaseRow {

@@ -27,6 +27,12 @@ func troubledReport() *Report {
 	r.SLIs[1].Excluded = 1
 	r.SLIs[2].Overflows = 1
 	r.Errors = append(r.Errors, "node fleetlet-3: lease not renewed for 40s")
+	groups := NewCollector()
+	startPods(groups, GroupName("small", "Deployment"), 6, 900*time.Millisecond)
+	startPods(groups, GroupName("big", "Deployment"), 4, 2500*time.Millisecond)
+	startPods(groups, GroupName("latency", "Pod"), 2, 80*time.Millisecond)
+	r.PodGroups = GroupSummaries(groups)
+	r.Workloads = []PhaseSummary{DurationSummary("running/Deployment", []time.Duration{time.Second, 3 * time.Second})}
 	r.EvaluateSLOs(SLOThresholds{PodStartupP99: metav1.Duration{Duration: 100 * time.Millisecond}})
 	return r
 }
