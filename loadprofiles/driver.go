@@ -76,6 +76,10 @@ type Progress struct {
 	// on top of those created before), the pods to see Running, deleted or
 	// gone; 0 for a sleep or a services phase.
 	Target int
+	// ObjectPods and ObjectPodsRunning count the pods of the run's objects
+	// (made by their controllers, not by the driver) that exist, and that
+	// are Running and not terminating, as the watch sees them now.
+	ObjectPods, ObjectPodsRunning int
 }
 
 // progressInterval is how often Progress is called.
@@ -88,9 +92,15 @@ const watchSyncTimeout = time.Minute
 
 // run is the state of one Driver.Run.
 type run struct {
-	d         *Driver
-	client    kubernetes.Interface
-	recorder  reports.Recorder
+	d        *Driver
+	client   kubernetes.Interface
+	recorder reports.Recorder
+	// failFast is the profile's: an object phase stops at its first
+	// failed call, and so does the run.
+	failFast bool
+	// grouper is the recorder when it sorts pods into groups (the report's
+	// pod groups: phase and owning kind); nil otherwise.
+	grouper   reports.Grouper
 	clock     clock.Clock
 	namespace string
 	id        string // the fleetlet.io/run label value
@@ -138,6 +148,7 @@ func (d *Driver) Run(ctx context.Context, p *Profile) (err error) {
 	if r.recorder == nil {
 		r.recorder = reports.Discard{}
 	}
+	r.grouper, _ = r.recorder.(reports.Grouper)
 	if r.clock == nil {
 		r.clock = clock.RealClock{}
 	}
@@ -177,6 +188,8 @@ func (d *Driver) Run(ctx context.Context, p *Profile) (err error) {
 		bg.Go(func() { r.watchObjects(bgCtx) })
 	}
 
+	r.failFast = p.FailFast
+	var failed []error
 	for i := range p.Phases {
 		ph := &p.Phases[i]
 		start := r.clock.Now()
@@ -184,13 +197,21 @@ func (d *Driver) Run(ctx context.Context, p *Profile) (err error) {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return fmt.Errorf("phase %q: %w", ph.Name, ctxErr)
 		}
+		var pf *partialFailure
+		if err != nil && errors.As(err, &pf) && !p.FailFast {
+			// The API server rejected some objects: said in the report,
+			// and the run goes on with the rest.
+			logger.Error(err, "Load phase: some calls failed; going on (failFast stops the run instead)", "phase", ph.Name)
+			failed = append(failed, fmt.Errorf("phase %q: %w", ph.Name, err))
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("phase %q: %w", ph.Name, err)
 		}
 		logger.V(2).Info("Load phase done", "phase", ph.Name, "duration", r.clock.Since(start), "progress", r.pods.progress())
 	}
 	logger.Info("Load run done", "progress", r.pods.progress())
-	return nil
+	return errors.Join(failed...)
 }
 
 func (r *run) runPhase(ctx context.Context, ph *Phase) error {
@@ -315,6 +336,10 @@ func (r *run) startWatch(ctx context.Context, bg *sync.WaitGroup) error {
 				created = pod.CreationTimestamp.Time
 			}
 			r.recorder.Mark(pod.UID, reports.Created, created)
+			if r.grouper != nil {
+				phase := pod.Labels[LabelPhase]
+				r.grouper.SetGroup(pod.UID, reports.GroupName(phase, r.objects.kindOf(phase)))
+			}
 		}
 		if scheduled {
 			r.recorder.Mark(pod.UID, reports.Scheduled, now)
@@ -412,6 +437,9 @@ func (r *run) createPod(ctx context.Context, pod *corev1.Pod, failures *failureC
 		return podRef{}, sent, false
 	}
 	r.recorder.Mark(created.UID, reports.Created, sent)
+	if r.grouper != nil {
+		r.grouper.SetGroup(created.UID, reports.GroupName(pod.Labels[LabelPhase], "Pod"))
+	}
 	r.pods.created(created.UID, created.Namespace+"/"+created.Name)
 	return podRef{uid: created.UID, namespace: created.Namespace, name: created.Name}, sent, true
 }
@@ -550,6 +578,28 @@ func (f *failureCount) add(err error) {
 	if f.first == nil {
 		f.first = err
 	}
+}
+
+// failed says whether a call has failed.
+func (f *failureCount) failed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n > 0
+}
+
+// partialFailure is an object phase's error when some of its calls failed
+// and the others went through: without failFast the run goes on.
+type partialFailure struct{ err error }
+
+func (e *partialFailure) Error() string { return e.err.Error() }
+func (e *partialFailure) Unwrap() error { return e.err }
+
+// partial marks err, if any, as a partialFailure.
+func partial(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &partialFailure{err}
 }
 
 // err is nil when nothing failed, else "N of M <what> failed; the first: ...".

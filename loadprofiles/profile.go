@@ -36,6 +36,11 @@ type Profile struct {
 	// upstream SLO, a negative one turns that check off. A failed SLO makes
 	// the run exit 1 once its report is written.
 	SLOs reports.SLOThresholds `json:"slos,omitempty"`
+	// FailFast stops the run at the first object the API server rejects
+	// in a create, scale, update or delete of objects. Without it the
+	// phase goes on with the rest, and so does the run; the failures are
+	// in the report's errors and the run fails at its end.
+	FailFast bool `json:"failFast,omitempty"`
 	// Sweep, if set, makes a run a capacity search: the profile is run once
 	// per value, in increasing order, until a step fails its SLOs.
 	Sweep *Sweep `json:"sweep,omitempty"`

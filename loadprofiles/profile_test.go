@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -343,7 +344,7 @@ func TestBuiltins(t *testing.T) {
 	if d := q.Phases[2].Delete; d.QPS != 10 {
 		t.Errorf("quickstart delete qps = %v", d.QPS)
 	}
-	if q.SLOs != (reports.SLOThresholds{}) {
+	if !reflect.DeepEqual(q.SLOs, reports.SLOThresholds{}) {
 		t.Errorf("quickstart SLOs = %+v, want the upstream thresholds: the first run must pass them", q.SLOs)
 	}
 
@@ -405,7 +406,7 @@ func TestBuiltinShapes(t *testing.T) {
 	if ch.Template.Labels["app"] != "web" {
 		t.Errorf("services churn pods are labelled %v: the Services select app=web", ch.Template.Labels)
 	}
-	if sv.SLOs != (reports.SLOThresholds{}) {
+	if !reflect.DeepEqual(sv.SLOs, reports.SLOThresholds{}) {
 		t.Errorf("services SLOs = %+v, want the upstream thresholds", sv.SLOs)
 	}
 

@@ -52,6 +52,9 @@ func (r podRecord) present() bool { return r.object != "" && r.seen && !r.gone }
 type tally struct {
 	created, scheduled, running, gone int
 	deleting, deletingGone            int
+	// objectPresent and objectLive count the pods of the run's objects
+	// (podRecord.present and live), for Progress.
+	objectPresent, objectLive int
 }
 
 // counts is what one pod's record adds to the tally.
@@ -67,6 +70,7 @@ func counts(r podRecord) tally {
 		c.deleting = 1
 		c.deletingGone = one(r.gone)
 	}
+	c.objectPresent, c.objectLive = one(r.present()), one(r.live())
 	return c
 }
 
@@ -82,6 +86,7 @@ func (c tally) plus(d tally) tally {
 		created: c.created + d.created, scheduled: c.scheduled + d.scheduled,
 		running: c.running + d.running, gone: c.gone + d.gone,
 		deleting: c.deleting + d.deleting, deletingGone: c.deletingGone + d.deletingGone,
+		objectPresent: c.objectPresent + d.objectPresent, objectLive: c.objectLive + d.objectLive,
 	}
 }
 
@@ -89,6 +94,7 @@ func (c tally) minus(d tally) tally {
 	return c.plus(tally{
 		created: -d.created, scheduled: -d.scheduled, running: -d.running, gone: -d.gone,
 		deleting: -d.deleting, deletingGone: -d.deletingGone,
+		objectPresent: -d.objectPresent, objectLive: -d.objectLive,
 	})
 }
 
@@ -288,6 +294,9 @@ func (t *tracker) progress() Progress {
 		Running:   t.n.running,
 		Gone:      t.n.gone,
 		Target:    t.target,
+
+		ObjectPods:        t.n.objectPresent,
+		ObjectPodsRunning: t.n.objectLive,
 	}
 }
 

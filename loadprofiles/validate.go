@@ -79,12 +79,33 @@ func (p *Profile) Validate() error {
 	}
 	errs = append(errs, uniqueServiceNames(p.Phases, phasesPath)...)
 	errs = append(errs, objectPhaseReferences(p.Phases, phasesPath)...)
+	errs = append(errs, podStartupScope(p, field.NewPath("slos", "podStartupPhases"))...)
 	// A waitRunning before any create, or a waitGone before any delete, waits
 	// for nothing; that is pointless but harmless, so it is not an error.
 	if len(errs) == 0 {
 		return nil
 	}
 	return &invalidError{errs: errs}
+}
+
+// podStartupScope checks that slos.podStartupPhases names phases that make
+// pods: a create (of pods, or of objects) or a churn.
+func podStartupScope(p *Profile, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	makers := sets.New[string]()
+	for _, ph := range p.Phases {
+		if ph.Create != nil || ph.Churn != nil {
+			makers.Insert(ph.Name)
+		}
+	}
+	for i, name := range p.SLOs.PodStartupPhases {
+		if !makers.Has(name) {
+			errs = append(errs, field.Invalid(path.Index(i), name, fmt.Sprintf(
+				"must name a create or churn phase of this profile, whose pods the pod startup SLO then judges (phases that make pods: %s)",
+				strings.Join(sets.List(makers), ", "))))
+		}
+	}
+	return errs
 }
 
 func validatePools(pools []NodePool, path *field.Path) field.ErrorList {

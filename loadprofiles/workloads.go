@@ -70,6 +70,7 @@ type objectLedger struct {
 	byPhase   map[string][]*objectRecord
 	templates map[string]*objects.Template
 	params    map[string]map[string]any
+	kinds     map[string]string // by create phase; see kindOf
 	// namespaces made (or found) by the run, beside its own.
 	namespaces map[string]bool
 	rng        *rand.Rand
@@ -84,11 +85,22 @@ func (l *objectLedger) signal() {
 	l.touched = make(chan struct{})
 }
 
+// kindOf is the kind of the objects a create phase makes: one template, one
+// kind. It is known from the first render, before any create call, so a
+// watch never sees a pod of the phase before it. "" for a phase that
+// rendered none.
+func (l *objectLedger) kindOf(phase string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.kinds[phase]
+}
+
 func newObjectLedger(seed uint64) *objectLedger {
 	return &objectLedger{
 		byPhase:    map[string][]*objectRecord{},
 		templates:  map[string]*objects.Template{},
 		params:     map[string]map[string]any{},
+		kinds:      map[string]string{},
 		namespaces: map[string]bool{},
 		touched:    make(chan struct{}),
 		rng:        rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
@@ -152,6 +164,9 @@ func (r *run) render(phase string, tmpl *objects.Template, params map[string]any
 	name := fmt.Sprintf("%s-%d", phase, index)
 	r.objects.mu.Lock()
 	obj, err := tmpl.Render(templateData(params, index, name, namespace), r.objects.rng)
+	if err == nil {
+		r.objects.kinds[phase] = obj.GetKind()
+	}
 	r.objects.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("object %d: %w", index, err)
@@ -203,8 +218,9 @@ func (r *run) createObjects(ctx context.Context, phase string, c *CreatePhase) e
 	var g errgroup.Group
 	g.SetLimit(maxInFlight(c.QPS))
 	var failures failureCount
+	stopped := r.stopOnFailure(&failures)
 	for i := range c.Count {
-		if limiter.Wait(ctx) != nil {
+		if limiter.Wait(ctx) != nil || stopped() {
 			break
 		}
 		obj, err := r.render(phase, tmpl, c.Params, i, r.namespaceFor(c, i))
@@ -237,7 +253,16 @@ func (r *run) createObjects(ctx context.Context, phase string, c *CreatePhase) e
 		return r.objects.byPhase[phase][a].index < r.objects.byPhase[phase][b].index
 	})
 	r.objects.mu.Unlock()
-	return failures.err("object creates", c.Count)
+	return partial(failures.err("object creates", c.Count))
+}
+
+// stopOnFailure returns what says to stop issuing a phase's calls: with
+// failFast, once one has failed; without, never.
+func (r *run) stopOnFailure(f *failureCount) func() bool {
+	if !r.failFast {
+		return func() bool { return false }
+	}
+	return f.failed
 }
 
 // phaseObjects lists the live objects of a create phase, or of every phase
@@ -266,8 +291,9 @@ func (r *run) forEachObject(ctx context.Context, recs []*objectRecord, qps float
 	var g errgroup.Group
 	g.SetLimit(maxInFlight(qps))
 	var failures failureCount
+	stopped := r.stopOnFailure(&failures)
 	for _, rec := range recs {
-		if limiter.Wait(ctx) != nil {
+		if limiter.Wait(ctx) != nil || stopped() {
 			break
 		}
 		g.Go(func() error {
@@ -284,7 +310,7 @@ func (r *run) forEachObject(ctx context.Context, recs []*objectRecord, qps float
 		})
 	}
 	_ = g.Wait()
-	return failures.err(what, len(recs))
+	return partial(failures.err(what, len(recs)))
 }
 
 // scale sets spec.replicas of a create phase's objects.

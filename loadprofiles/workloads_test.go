@@ -1,13 +1,17 @@
 package loadprofiles
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -90,6 +94,10 @@ func TestObjectPhaseErrors(t *testing.T) {
 		old:  objectsYAML[strings.Index(objectsYAML, "      namespaces"):strings.Index(objectsYAML, "  - waitRunning")],
 		new:  "      params: {Replicas: 3}\n      template: {spec: {containers: [{name: a, image: b}]}}\n",
 		want: "phases[0].create.params: Forbidden: params fill an object template",
+	}, {
+		name: "pod startup SLO of a phase that makes no pods",
+		old:  "nodePools: [{name: pool, count: 1}]\n", new: "nodePools: [{name: pool, count: 1}]\nslos: {podStartupPhases: [deploy, grow]}\n",
+		want: `slos.podStartupPhases[1]: Invalid value: "grow": must name a create or churn phase of this profile, whose pods the pod startup SLO then judges (phases that make pods: deploy)`,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !strings.Contains(objectsYAML, tc.old) {
@@ -151,5 +159,98 @@ func TestTrackerCountsObjectPods(t *testing.T) {
 	}
 	if p := tr.progress(); p.Created != 0 {
 		t.Errorf("progress counts %d created pods; the driver created none", p.Created)
+	}
+}
+
+// rejectingObjects is an ObjectClient that keeps what it is given and
+// rejects the create of the objects named in reject, as an API server's
+// admission would.
+type rejectingObjects struct {
+	mu      sync.Mutex
+	reject  map[string]bool
+	created []string
+	deleted []string
+}
+
+func (o *rejectingObjects) Create(_ context.Context, obj *unstructured.Unstructured) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.reject[obj.GetName()] {
+		return fmt.Errorf(`admission webhook "policy" denied the request: %s is not allowed`, obj.GetName())
+	}
+	o.created = append(o.created, obj.GetName())
+	return nil
+}
+
+func (o *rejectingObjects) SetReplicas(context.Context, *unstructured.Unstructured, int) error {
+	return nil
+}
+func (o *rejectingObjects) Apply(context.Context, *unstructured.Unstructured) error { return nil }
+func (o *rejectingObjects) Get(context.Context, *unstructured.Unstructured) error   { return nil }
+func (o *rejectingObjects) Delete(_ context.Context, obj *unstructured.Unstructured) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.deleted = append(o.deleted, obj.GetName())
+	return nil
+}
+
+const configMapsYAML = `name: cms
+nodePools: [{name: pool, count: 1}]
+phases:
+  - name: cm
+    create:
+      count: 5
+      qps: 1000
+      object: |
+        apiVersion: v1
+        kind: ConfigMap
+        data: {index: "{{.Index}}"}
+  - name: after
+    delete: {phase: cm, qps: 1000}
+`
+
+// TestObjectRejections: an object the API server rejects is reported with
+// its name and the reason, and the run goes on with the rest (the delete
+// phase runs) and fails at its end; with failFast it stops at the
+// rejection.
+func TestObjectRejections(t *testing.T) {
+	for _, failFast := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failFast=%v", failFast), func(t *testing.T) {
+			ctx, cancel := testContext(t)
+			defer cancel()
+			text := configMapsYAML
+			if failFast {
+				text = strings.Replace(text, "name: cms\n", "name: cms\nfailFast: true\n", 1)
+			}
+			p, err := Parse([]byte(text), "cms.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// With failFast the phase stops at its first failure: reject
+			// the first object, so no other create is in flight.
+			objs := &rejectingObjects{reject: map[string]bool{"cm-0": true}}
+			if !failFast {
+				objs.reject = map[string]bool{"cm-1": true, "cm-3": true}
+			}
+			err = (&Driver{Client: newFakeAPI(t, nil), Objects: objs}).Run(ctx, p)
+			if err == nil {
+				t.Fatal("a rejected object did not fail the run")
+			}
+			first := "cm-1"
+			if failFast {
+				first = "cm-0"
+			}
+			for _, want := range []string{`phase "cm"`, "object creates failed", "creating ConfigMap fleetlet-load/" + first, "denied the request"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			switch {
+			case failFast && (len(objs.created) != 0 || len(objs.deleted) != 0):
+				t.Errorf("failFast: created %v, deleted %v; want the run stopped at the first rejection", objs.created, objs.deleted)
+			case !failFast && (len(objs.created) != 3 || len(objs.deleted) != 3):
+				t.Errorf("created %v, deleted %v; want the 3 accepted objects made and then deleted by the next phase", objs.created, objs.deleted)
+			}
+		})
 	}
 }

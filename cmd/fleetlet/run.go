@@ -309,6 +309,7 @@ func (s *profileRun) report(metrics *reports.Metrics, runErr error) *reports.Rep
 		Settings:         s.settings,
 	}
 	rep.Workloads = s.workloads.summaries()
+	rep.PodGroups = reports.GroupSummaries(s.collector)
 	if np := s.netprog.Summary(); np.Count > 0 {
 		rep.SLIs = append(rep.SLIs, np)
 		nodes := s.netprog.PerNode()
@@ -346,16 +347,17 @@ func progressPrinter() func(loadprofiles.Progress) {
 		calls int
 		phase string
 		start time.Time
-		base  [3]int
+		base  [4]int
 	)
 	return func(p loadprofiles.Progress) {
 		now := time.Now()
-		counts := [3]int{p.Created, p.Running, p.Gone}
+		counts := [4]int{p.Created, p.Running, p.Gone, p.ObjectPodsRunning}
 		if p.Phase != phase {
 			phase, start, base = p.Phase, now, counts
 		}
 		// The count this phase advances is the one that moved most since it
-		// began: created for create, Running for a wait, gone for a delete.
+		// began: created for create, Running for a wait, gone for a delete,
+		// controllers' pods Running for objects.
 		active := 0
 		for i := range counts {
 			if counts[i]-base[i] > counts[active]-base[active] {
@@ -363,6 +365,14 @@ func progressPrinter() func(loadprofiles.Progress) {
 			}
 		}
 		line := fmt.Sprintf("%-14s running %d/%d  scheduled %d  gone %d", p.Phase, p.Running, p.Created, p.Scheduled, p.Gone)
+		if p.ObjectPods > 0 {
+			// A profile of objects: their controllers' pods, which the
+			// counts above (the driver's own pods) leave out.
+			line = fmt.Sprintf("%-14s controllers' pods running %d/%d", p.Phase, p.ObjectPodsRunning, p.ObjectPods)
+			if p.Created > 0 {
+				line += fmt.Sprintf("  own pods running %d/%d  gone %d", p.Running, p.Created, p.Gone)
+			}
+		}
 		if elapsed := now.Sub(start).Seconds(); elapsed > 0 && counts[active] > base[active] {
 			rate := float64(counts[active]-base[active]) / elapsed
 			line += fmt.Sprintf("  %.1f/s", rate)

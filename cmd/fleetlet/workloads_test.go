@@ -17,6 +17,7 @@ import (
 // namespaces, then scales and rolls the Deployments and deletes everything.
 const workloadsProfile = `name: workloads
 nodePools: [{name: pool, count: 3}]
+slos: {podStartupPhases: [latency]}
 phases:
   - name: deploy
     create:
@@ -83,6 +84,11 @@ phases:
         data: {index: "{{.Index}}"}
   - name: running
     waitRunning: {timeout: 3m}
+  - name: latency
+    create:
+      count: 3
+      template: {spec: {containers: [{name: app, image: registry.k8s.io/pause:3.10}]}}
+  - waitRunning: {timeout: 3m}
   - name: scale-down
     scale: {phase: deploy, replicas: 1}
   - name: scaled
@@ -146,14 +152,41 @@ func TestWorkloadsProfile(t *testing.T) {
 	// The controllers' pods are the run's: 2×3 + 2 + 3 (one a node) + 2
 	// at least, and the rolling update made 2 more; each seen Running and
 	// gone, none deleted by the driver.
-	if p := rep.Pods; p.Created < 15 || p.Running != p.Created || p.Gone != p.Created || p.Deleted != 0 {
-		t.Errorf("pods %+v: want at least 15 made by the controllers, every one Running and gone, none deleted by the driver", p)
+	if p := rep.Pods; p.Created < 18 || p.Running != p.Created || p.Gone != p.Created || p.Deleted != 3 {
+		t.Errorf("pods %+v: want at least 15 made by the controllers and 3 by the driver, every one Running and gone, the driver's 3 deleted by it", p)
 	}
-	if len(rep.SLIs) == 0 || rep.SLIs[0].Count+rep.SLIs[0].Excluded < 15 {
-		t.Errorf("SLIs %+v do not cover the controllers' pods", rep.SLIs)
+	if len(rep.SLIs) == 0 || rep.SLIs[0].Count+rep.SLIs[0].Excluded < 18 {
+		t.Errorf("SLIs %+v do not cover the controllers' pods and the driver's", rep.SLIs)
+	}
+	// The pods by the phase that made them and their owning kind; the
+	// Deployments' count their rolling update's pods too.
+	groups := map[string]int{}
+	for _, g := range rep.PodGroups {
+		if s, ok := g.SLI(reports.SLICreateToSchedule); ok {
+			groups[g.Name] = s.Count
+		}
+	}
+	wantGroups := map[string]int{"deploy/Deployment": 8, "sts/StatefulSet": 2, "ds/DaemonSet": 3, "job/Job": 2, "latency/Pod": 3}
+	for name, n := range wantGroups {
+		if groups[name] < n || name != "deploy/Deployment" && groups[name] != n {
+			t.Errorf("pod group %s: %d pods, want %d (all groups: %v)", name, groups[name], n, groups)
+		}
+	}
+	if len(groups) != len(wantGroups) {
+		t.Errorf("pod groups %v, want exactly the phases that made pods: %v", groups, wantGroups)
+	}
+	// The pod startup SLO judged the latency pods only (every node had the
+	// image by then: the DaemonSet pulled it everywhere).
+	for _, res := range rep.SLOs {
+		if res.Name == reports.SLOPodStartupLatency && (res.Count != 3 || !strings.Contains(res.Detail, "of phase latency")) {
+			t.Errorf("pod startup SLO over %d pods (%s); want the 3 pods of phase latency", res.Count, res.Detail)
+		}
 	}
 	md, err := os.ReadFile(filepath.Join(dir, "out", "report.md"))
 	if err != nil || !strings.Contains(string(md), "## Workloads") || !strings.Contains(string(md), "`running/Deployment`") {
 		t.Errorf("report.md has no workloads table (%v)", err)
+	}
+	if !strings.Contains(string(md), "## Pod startup by group") || !strings.Contains(string(md), "`ds/DaemonSet`") {
+		t.Error("report.md has no table of pod startup by group")
 	}
 }
