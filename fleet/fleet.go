@@ -57,6 +57,9 @@ type NodePool struct {
 	// kube-proxy's defaults, as on a real cluster, when the fleet has
 	// kube-proxy credentials (Config.ProxyClientConfig).
 	KubeProxy *KubeProxy
+	// SystemUsage is each node's usage outside pods (cpu, memory), which
+	// its stats add to its pods' (nodeagent.Config.SystemUsage).
+	SystemUsage corev1.ResourceList
 }
 
 // KubeProxy is a pool's kube-proxy settings.
@@ -357,6 +360,7 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP, staticPods *sta
 		Kubelet: kc, Runtime: rt.Runtime, Images: rt.Images, NetworkProber: rt.Prober, Logs: rt.Logs,
 		Recorder: f.cfg.Recorder, Clock: f.cfg.Clock, Serving: f.serving, ProbeQueue: f.probes,
 		KubeletWatches: f.watches, Interners: f.interners, KubeProxy: kubeProxy, StaticPods: staticPods,
+		SystemUsage: pool.SystemUsage,
 	}
 	clients.Wire(&agentCfg)
 	agentCfg.ClientCertificate = cert

@@ -109,6 +109,23 @@ type NodePool struct {
 	// KubeProxy is the pool's kube-proxy: on by default, as on a real
 	// cluster, with kube-proxy's own defaults.
 	KubeProxy *KubeProxy `json:"kubeProxy,omitempty"`
+	// SystemUsage is what each node's OS, container runtime and kubelet
+	// use outside pods (cpu, memory): the node's stats add it to its pods'
+	// sum, as a kubelet's root cgroup holds both. A resource left out has
+	// the default (DefaultSystemUsage); "0" makes it none.
+	SystemUsage corev1.ResourceList `json:"systemUsage,omitempty"`
+}
+
+// DefaultSystemUsage is a node's usage outside pods when its pool does not
+// say: an idle node's kubelet, container runtime and system daemons, about
+// what a small cloud node's root cgroup shows. A node never reads zero, so
+// readers that drop zero readings (metrics-server leaves such a node out of
+// `kubectl top`) see every node.
+func DefaultSystemUsage() corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("50m"),
+		corev1.ResourceMemory: resource.MustParse("200Mi"),
+	}
 }
 
 // KubeProxy is a pool's kube-proxy settings.

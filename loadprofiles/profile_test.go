@@ -145,6 +145,18 @@ func TestParseErrors(t *testing.T) {
 		old:  "count: 3", new: "count: -1",
 		want: `profile test.yaml: nodePools[0].count: Invalid value: -1: must be greater than zero`,
 	}, {
+		name: "system usage of a resource the stats do not model",
+		old:  `cpu: "4"`, new: `cpu: "4"` + "\n    systemUsage: {pids: 10}",
+		want: `profile test.yaml: nodePools[0].systemUsage: Unsupported value: "pids": supported values: "cpu", "memory"`,
+	}, {
+		name: "system usage of the whole node",
+		old:  `cpu: "4"`, new: `cpu: "4"` + "\n    systemUsage: {cpu: 4}",
+		want: `profile test.yaml: nodePools[0].systemUsage[cpu]: Invalid value: "4": must be less than the node's cpu, 4`,
+	}, {
+		name: "negative system usage",
+		old:  `cpu: "4"`, new: `cpu: "4"` + "\n    systemUsage: {memory: -1Mi}",
+		want: `profile test.yaml: nodePools[0].systemUsage[memory]: Invalid value: "-1Mi": must not be negative; "0" is none`,
+	}, {
 		name: "negative create count",
 		old:  "count: 10", new: "count: -5",
 		want: `profile test.yaml: phases[0].create.count: Invalid value: -5: must be greater than zero`,

@@ -140,6 +140,7 @@ func validatePools(pools []NodePool, path *field.Path) field.ErrorList {
 			errs = append(errs, validateKubelet(pool, pp)...)
 		}
 		errs = append(errs, validateStaticPods(pool.StaticPods, pp.Child("staticPods"))...)
+		errs = append(errs, validateSystemUsage(pool, pp.Child("systemUsage"))...)
 		if kp := pool.KubeProxy; kp != nil && kp.MinSyncPeriod.Duration < 0 {
 			errs = append(errs, field.Invalid(pp.Child("kubeProxy", "minSyncPeriod"), kp.MinSyncPeriod.Duration.String(),
 				"must not be negative; leave it out for kube-proxy's default, 1s"))
@@ -155,6 +156,26 @@ func validatePools(pools []NodePool, path *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(path, total, fmt.Sprintf(
 			"the pools' counts add up to %d nodes, more than the %d one fleetlet process emulates; shard larger fleets over several processes, each with its own --node-prefix",
 			total, MaxNodes)))
+	}
+	return errs
+}
+
+// validateSystemUsage checks a pool's usage outside pods: cpu and memory
+// only, never negative, and less than the node's capacity.
+func validateSystemUsage(pool *NodePool, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, name := range sets.List(sets.KeySet(pool.SystemUsage)) {
+		q, p := pool.SystemUsage[name], path.Key(string(name))
+		capacity := map[corev1.ResourceName]resource.Quantity{corev1.ResourceCPU: pool.CPU, corev1.ResourceMemory: pool.Memory}
+		c, ok := capacity[name]
+		switch {
+		case !ok:
+			errs = append(errs, field.NotSupported(path, string(name), []string{"cpu", "memory"}))
+		case q.Sign() < 0:
+			errs = append(errs, field.Invalid(p, q.String(), `must not be negative; "0" is none`))
+		case c.Sign() > 0 && q.Cmp(c) >= 0:
+			errs = append(errs, field.Invalid(p, q.String(), fmt.Sprintf("must be less than the node's %s, %s", name, c.String())))
+		}
 	}
 	return errs
 }

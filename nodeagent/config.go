@@ -34,6 +34,11 @@ type Config struct {
 	NodeIP net.IP
 	// Capacity is the node's shape (cpu, memory, pods, ephemeral-storage).
 	Capacity corev1.ResourceList
+	// SystemUsage is what an emulated node's OS, runtime and kubelet use
+	// outside pods (cpu, memory): its stats (Summary API, resource metrics,
+	// eviction) add it to the pods' sum, as the kubelet's root cgroup holds
+	// both. Nil: none, the pods' sum alone.
+	SystemUsage corev1.ResourceList
 	// Labels are added to the kubelet's well-known node labels.
 	Labels map[string]string
 	// Taints are registered with the node, as --register-with-taints does.

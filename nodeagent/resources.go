@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -25,6 +26,8 @@ func (a *Agent) newResourceManagers(capacity corev1.ResourceList) error {
 	var err error
 	if a.stats, err = stats.New(stats.Config{
 		NodeName: cfg.NodeName, Runtime: a.cri, Images: cfg.Images, Capacity: capacity, Clock: cfg.Clock,
+		SystemCPUNanoCores: uint64(max(cfg.SystemUsage.Cpu().ScaledValue(resource.Nano), 0)),
+		SystemMemoryBytes:  uint64(max(cfg.SystemUsage.Memory().Value(), 0)),
 	}); err != nil {
 		return err
 	}

@@ -87,17 +87,29 @@ func fleetPools(p *loadprofiles.Profile) (pools []fleet.NodePool, settings map[s
 				corev1.ResourcePods:             *resource.NewQuantity(int64(pool.Pods), resource.DecimalSI),
 				corev1.ResourceEphemeralStorage: storage,
 			},
-			Labels:     pool.Labels,
-			Taints:     pool.Taints,
-			Kubelet:    kc,
-			StaticPods: pool.StaticPods,
-			KubeProxy:  kubeProxyOf(pool, settings),
+			Labels:      pool.Labels,
+			Taints:      pool.Taints,
+			Kubelet:     kc,
+			StaticPods:  pool.StaticPods,
+			KubeProxy:   kubeProxyOf(pool, settings),
+			SystemUsage: systemUsageOf(pool, settings),
 		})
 		if n := len(pool.StaticPods); n > 0 {
 			settings[pool.Name+".staticPods"] = strconv.Itoa(n)
 		}
 	}
 	return pools, settings, nil
+}
+
+// systemUsageOf is a pool's usage outside pods: the default, with what the
+// pool sets over it (in settings).
+func systemUsageOf(pool loadprofiles.NodePool, settings map[string]string) corev1.ResourceList {
+	usage := loadprofiles.DefaultSystemUsage()
+	for name, q := range pool.SystemUsage {
+		usage[name] = q
+		settings[pool.Name+".systemUsage."+string(name)] = q.String()
+	}
+	return usage
 }
 
 // kubeProxyOf is a pool's kube-proxy for the fleet, nil for the defaults;
