@@ -9,7 +9,18 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
+
+// controller-runtime (the load driver's object client) logs through its own
+// global logger, which warns with a stack trace when nothing set it: send it
+// to klog, where everything else in the process logs. In init, so that tests,
+// which start runs without main, get it too.
+func init() {
+	ctrllog.SetLogger(klog.NewKlogr())
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
