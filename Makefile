@@ -16,7 +16,7 @@ K8S_LDFLAGS := $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/
 	-X $(pkg).gitVersion=$(K8S_VERSION) -X $(pkg).gitMajor=1 -X $(pkg).gitMinor=$(K8S_MINOR) \
 	-X $(pkg).gitTreeState=clean -X $(pkg).buildDate=1970-01-01T00:00:00Z)
 
-.PHONY: all build controlplane kubemark run test test-unit test-integration bench lint clean
+.PHONY: all build controlplane kubemark metrics-server run test test-unit test-integration bench lint clean
 
 all: build controlplane
 
@@ -52,6 +52,15 @@ $(BIN)/kubemark: $(UPSTREAM)/go.mod $(UPSTREAM)/go.sum
 	@mkdir -p $(BIN)
 	cd $(UPSTREAM) && $(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kubemark
 
+# metrics-server reads the kubelets' /metrics/resource and serves `kubectl
+# top`; a test runs it against a fleet. Its own module: it pins older
+# Kubernetes modules than the control plane.
+metrics-server: $(BIN)/metrics-server
+
+$(BIN)/metrics-server: controlplane/metrics-server/go.mod controlplane/metrics-server/go.sum
+	@mkdir -p $(BIN)
+	cd controlplane/metrics-server && $(GO) build -o $@ sigs.k8s.io/metrics-server/cmd/metrics-server
+
 run: build controlplane
 	$(BIN)/fleetlet run --profile $(PROFILE)
 
@@ -66,7 +75,7 @@ test-unit:
 # The tests tagged `integration` start the real control plane from bin/
 # (and the containerd test, as root, a real containerd); the unit tests of
 # those packages run again with them.
-test-integration: build controlplane kubemark
+test-integration: build controlplane kubemark metrics-server
 	FLEETLET_BIN_DIR=$(BIN) $(GO) test -tags integration -timeout 45m ./cmd/... ./controlplane/... ./internal/...
 
 bench:
