@@ -122,6 +122,10 @@ func stopOutcome(stopLatency time.Duration, timeout int64) (wait time.Duration, 
 // X not found", as containerd): the kubelet passes the image ID PullImage
 // returned, but a name or repo digest works too.
 func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, config *runtimeapi.ContainerConfig, sandboxConfig *runtimeapi.PodSandboxConfig) (string, error) {
+	st, err := r.enter(ctx, "CreateContainer")
+	if err != nil {
+		return "", err
+	}
 	md := config.GetMetadata()
 	if md.GetName() == "" {
 		return "", status.Errorf(codes.InvalidArgument, "CreateContainer in sandbox %s: the container config must have metadata with a name, got %v", podSandboxID, md)
@@ -151,13 +155,16 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 		key := jitterKey(r.seed, sbID+"/"+md.GetName()+"/"+strconv.FormatUint(uint64(md.GetAttempt()), 10))
 		createLatency = jittered(createLatency, m.jitter, key, saltCreate)
 	}
-	if err := r.wait(ctx, createLatency); err != nil {
+	if err := r.wait(ctx, st.slowed(createLatency)); err != nil {
 		return "", ctxError("CreateContainer "+md.GetName()+" in sandbox "+podSandboxID, err)
 	}
 	createdAt := r.now()
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.rebootedLocked(st); err != nil {
+		return "", err
+	}
 	if sb, err = lookupLocked(r.sandboxes, "pod sandbox", sbID); err != nil {
 		return "", status.Errorf(status.Code(err), "CreateContainer %q: %s", md.GetName(), status.Convert(err).Message())
 	}
@@ -241,6 +248,10 @@ func (r *Runtime) modelLocked(sb *sandbox, name string) (*model, error) {
 // latency. Its sandbox must still be ready. From then on its behaviour's
 // schedules (RunFor, probes, exec) run from its start time.
 func (r *Runtime) StartContainer(ctx context.Context, containerID string) error {
+	st, err := r.enter(ctx, "StartContainer")
+	if err != nil {
+		return err
+	}
 	// Check before the latency so that a bad call fails at once, and again
 	// after it since the container may have changed meanwhile.
 	r.mu.Lock()
@@ -254,13 +265,16 @@ func (r *Runtime) StartContainer(ctx context.Context, containerID string) error 
 		return err
 	}
 	id := c.id
-	if err := r.wait(ctx, latency); err != nil {
+	if err := r.wait(ctx, st.slowed(latency)); err != nil {
 		return ctxError("StartContainer "+id, err)
 	}
 	startedAt := r.now()
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.rebootedLocked(st); err != nil {
+		return err
+	}
 	if c, err = r.startableLocked(id); err != nil {
 		return err
 	}
@@ -293,6 +307,10 @@ func (r *Runtime) startableLocked(containerID string) (*container, error) {
 // containerd. A container whose RunFor ends while it is being stopped exits
 // by itself, with its own exit code.
 func (r *Runtime) StopContainer(ctx context.Context, containerID string, timeout int64) error {
+	st, err := r.enter(ctx, "StopContainer")
+	if err != nil {
+		return err
+	}
 	r.mu.Lock()
 	c, err := lookupLocked(r.containers, "container", containerID)
 	if err != nil {
@@ -306,7 +324,9 @@ func (r *Runtime) StopContainer(ctx context.Context, containerID string, timeout
 	if !running {
 		return nil
 	}
-	wait, exitCode, reason := stopOutcome(stopLatency, timeout)
+	// A slow node stretches the application's shutdown, not the kubelet's
+	// grace period: slowed enough, a graceful stop ends in a kill.
+	wait, exitCode, reason := stopOutcome(st.slowed(stopLatency), timeout)
 	if err := r.wait(ctx, wait); err != nil {
 		return ctxError("StopContainer "+id, err)
 	}
@@ -314,6 +334,9 @@ func (r *Runtime) StopContainer(ctx context.Context, containerID string, timeout
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.rebootedLocked(st); err != nil {
+		return err
+	}
 	// It may have been removed, killed with its sandbox, or exited by itself
 	// meanwhile.
 	if c := r.containers[id]; c != nil {
@@ -337,6 +360,9 @@ func (c *container) exit(finishedAt int64, exitCode int32, reason string) {
 // RemoveContainer removes a container in any state, as CRI asks. Removing an
 // unknown container is not an error.
 func (r *Runtime) RemoveContainer(ctx context.Context, containerID string) error {
+	if _, err := r.enter(ctx, "RemoveContainer"); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, err := lookupLocked(r.containers, "container", containerID)
@@ -360,6 +386,9 @@ func (r *Runtime) RemoveContainer(ctx context.Context, containerID string) error
 // ListContainers returns the containers that match filter, oldest first. The
 // ID and sandbox ID filters match prefixes, as containerd's do.
 func (r *Runtime) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	if _, err := r.enter(ctx, "ListContainers"); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
@@ -403,6 +432,9 @@ func (c *container) matches(f *runtimeapi.ContainerFilter, selector []labelPair)
 
 // ContainerStatus returns the container's status, or NotFound.
 func (r *Runtime) ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error) {
+	if _, err := r.enter(ctx, "ContainerStatus"); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, err := lookupLocked(r.containers, "container", containerID)
@@ -435,6 +467,9 @@ func (r *Runtime) ContainerStatus(ctx context.Context, containerID string, verbo
 // reports them. Like containerd it refuses a container that has exited. A
 // new memory limit moves the container's OOM kill (see planOOM).
 func (r *Runtime) UpdateContainerResources(ctx context.Context, containerID string, resources *runtimeapi.ContainerResources) error {
+	if _, err := r.enter(ctx, "UpdateContainerResources"); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, err := lookupLocked(r.containers, "container", containerID)
@@ -465,6 +500,9 @@ func (r *Runtime) UpdateContainerResources(ctx context.Context, containerID stri
 // the in-process and the socket paths alike. A container that is not running
 // (including one that has exited by itself) fails the call, as in containerd.
 func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout []byte, stderr []byte, err error) {
+	if _, err := r.enter(ctx, "ExecSync"); err != nil {
+		return nil, nil, err
+	}
 	stdout, stderr, exitCode, err := r.execSync(ctx, containerID, cmd, timeout)
 	if err == nil && exitCode != 0 {
 		err = utilexec.CodeExitError{
@@ -475,7 +513,8 @@ func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string
 	return stdout, stderr, err
 }
 
-// execSync is ExecSync with the exit code apart, for the gRPC server.
+// execSync is ExecSync with the exit code apart, for the gRPC server. It
+// does not enter: its callers do.
 func (r *Runtime) execSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout, stderr []byte, exitCode int32, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -151,6 +151,20 @@
 // exits the behaviour decides; a subscriber that falls 1024 events behind
 // loses the newer ones rather than slow the runtime.
 //
+// # Node faults and reboots
+//
+// A Fault (SetFault) is what is wrong with the whole node while a load
+// profile runs, as opposed to one pod's behaviour: containerd down (every
+// CRI call fails Unavailable, with the error a kubelet sees for a dead
+// socket), a slow node (latencies multiplied, a delay added to every call,
+// the PLEG's relists included), a registry refusing every pull, a missing
+// CNI plugin. It reaches the calls that start after it is set; calls
+// already waiting out a latency finish as they began. Reboot is the node's
+// power cycle: sandboxes and containers are gone, images and the pod CIDR
+// stay, and calls in flight fail Unavailable without committing. Neither
+// touches what a kubelet reaches without CRI: ProbeNetwork, ContainerLogs
+// and the socket's side channel answer while the node is Down.
+//
 // # The fleetlet.io/pull-error annotation
 //
 // "unauthorized" or "notfound" makes every PullImage for the pod fail, after

@@ -74,8 +74,12 @@ type exitTimer struct{ t clock.Timer }
 // carries the status it had just before removal (containerd sends none,
 // which the kubelet ignores). CreatedAt is the runtime clock's time of the
 // change; for an exit the behaviour decides, the exit's own time. Only
-// changes after the call are sent, as containerd does.
+// changes after the call are sent, as containerd does. While the node is
+// Down (see Fault) a new call fails at once; calls already streaming go on.
 func (r *Runtime) GetContainerEvents(ctx context.Context, containerEventsCh chan *runtimeapi.ContainerEventResponse, connectionEstablishedCallback func(runtimeapi.RuntimeService_GetContainerEventsClient)) error {
+	if _, err := r.enter(ctx, "GetContainerEvents"); err != nil {
+		return err
+	}
 	established := func() {}
 	if connectionEstablishedCallback != nil {
 		established = func() { connectionEstablishedCallback(nil) }

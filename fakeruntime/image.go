@@ -218,10 +218,15 @@ func isHex(s string) bool {
 // PullLatency, or the image's own) and returns its ID, which is what the
 // kubelet passes on to CreateContainer. Pulling an image already present
 // takes the same time and changes nothing. A pull error, from the image's
-// behaviour or the pod's fleetlet.io/pull-error annotation (podSandboxConfig
-// carries the pod's annotations), fails it after the latency as containerd
-// fails it; present or not, since containerd asks the registry first.
+// behaviour, the pod's fleetlet.io/pull-error annotation (podSandboxConfig
+// carries the pod's annotations) or the node's Fault.PullError, fails it
+// after the latency as containerd fails it; present or not, since containerd
+// asks the registry first.
 func (r *Runtime) PullImage(ctx context.Context, spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, podSandboxConfig *runtimeapi.PodSandboxConfig) (string, error) {
+	st, err := r.enter(ctx, "PullImage")
+	if err != nil {
+		return "", err
+	}
 	ref := spec.GetImage()
 	name, err := normaliseImageRef(ref)
 	if err != nil {
@@ -237,19 +242,28 @@ func (r *Runtime) PullImage(ctx context.Context, spec *runtimeapi.ImageSpec, aut
 		}
 		failWith = v // the pod is more specific than the image
 	}
+	if st.fault.PullError != "" {
+		failWith = st.fault.PullError // the registry itself is broken
+	}
 	latency := r.behaviour.PullLatency
 	if ib.PullLatency != nil {
 		latency = max(time.Duration(*ib.PullLatency), 0)
 	}
-	if err := r.wait(ctx, latency); err != nil {
+	if err := r.wait(ctx, st.slowed(latency)); err != nil {
 		return "", ctxError("PullImage "+ref, err)
+	}
+	var img *image
+	if failWith == "" {
+		img = r.newImageNamed(name, ib)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.rebootedLocked(st); err != nil {
+		return "", err
 	}
 	if failWith != "" {
 		return "", pullError(name, failWith)
 	}
-	img := r.newImageNamed(name, ib)
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	// A digest of an image already pulled by tag names that image.
 	if existing := r.lookupImageLocked(ref); existing != nil {
 		return existing.id, nil
@@ -260,6 +274,9 @@ func (r *Runtime) PullImage(ctx context.Context, spec *runtimeapi.ImageSpec, aut
 // ImageStatus returns the image, or a response with a nil Image when it is
 // absent, as CRI specifies (not an error).
 func (r *Runtime) ImageStatus(ctx context.Context, spec *runtimeapi.ImageSpec, verbose bool) (*runtimeapi.ImageStatusResponse, error) {
+	if _, err := r.enter(ctx, "ImageStatus"); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	resp := &runtimeapi.ImageStatusResponse{}
@@ -272,6 +289,9 @@ func (r *Runtime) ImageStatus(ctx context.Context, spec *runtimeapi.ImageSpec, v
 // ListImages returns the images, ordered by ID; a filter with an image
 // returns just that one, if present.
 func (r *Runtime) ListImages(ctx context.Context, filter *runtimeapi.ImageFilter) ([]*runtimeapi.Image, error) {
+	if _, err := r.enter(ctx, "ListImages"); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ref := filter.GetImage().GetImage(); ref != "" {
@@ -292,6 +312,9 @@ func (r *Runtime) ListImages(ctx context.Context, filter *runtimeapi.ImageFilter
 // an absent image is not an error. Like containerd it does not check whether
 // a container uses the image: the kubelet's image GC does.
 func (r *Runtime) RemoveImage(ctx context.Context, spec *runtimeapi.ImageSpec) error {
+	if _, err := r.enter(ctx, "RemoveImage"); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	img := r.lookupImageLocked(spec.GetImage())
@@ -314,6 +337,9 @@ func (r *Runtime) RemoveImage(ctx context.Context, spec *runtimeapi.ImageSpec) e
 // this moment (see ContainerStats). Inodes are estimated from bytes: one per
 // 16 KiB begun, per image and per writable layer.
 func (r *Runtime) ImageFsInfo(ctx context.Context) (*runtimeapi.ImageFsInfoResponse, error) {
+	if _, err := r.enter(ctx, "ImageFsInfo"); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	now := r.now()
 	var imageBytes, imageInodes uint64

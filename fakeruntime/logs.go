@@ -143,6 +143,9 @@ func logLines(name string, attempt uint32, logs *LogBehaviour, l lifecycle, s ru
 // none to reopen after the kubelet rotates it. Like containerd it refuses a
 // container that is not running, and an unknown one is NotFound.
 func (r *Runtime) ReopenContainerLog(ctx context.Context, containerID string) error {
+	if _, err := r.enter(ctx, "ReopenContainerLog"); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, err := lookupLocked(r.containers, "container", containerID)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	mathrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -162,6 +163,9 @@ type Runtime struct {
 	// imageBehaviours holds Behaviour.Images under their keys as written and
 	// as normalised; nil when there are none.
 	imageBehaviours map[string]ImageBehaviour
+	// fault is the node's fault and boot (see fault.go), read by every call
+	// without r.mu and replaced under it; never nil.
+	fault atomic.Pointer[faultState]
 
 	mu  sync.Mutex
 	rng *mathrand.Rand // not safe for concurrent use: guarded by mu
@@ -216,6 +220,7 @@ func New(cfg Config) *Runtime {
 		subscribers:     make(map[*eventSubscriber]struct{}),
 		exitTimers:      make(map[string]*exitTimer),
 	}
+	r.fault.Store(&faultState{})
 	for _, ref := range cfg.PreloadedImages {
 		if img, err := r.newImage(ref); err == nil {
 			img.pinned = true
@@ -227,6 +232,9 @@ func New(cfg Config) *Runtime {
 
 // Version returns the runtime name, runtime version and CRI API version.
 func (r *Runtime) Version(ctx context.Context, apiVersion string) (*runtimeapi.VersionResponse, error) {
+	if _, err := r.enter(ctx, "Version"); err != nil {
+		return nil, err
+	}
 	return &runtimeapi.VersionResponse{
 		Version:           kubeletAPIVersion,
 		RuntimeName:       RuntimeName,
@@ -239,6 +247,9 @@ func (r *Runtime) Version(ctx context.Context, apiVersion string) (*runtimeapi.V
 // ready even before UpdateRuntimeConfig sets a pod CIDR; RunPodSandbox then
 // fails for pods that need a pod IP, as a CNI plugin without a range would.
 func (r *Runtime) Status(ctx context.Context, verbose bool) (*runtimeapi.StatusResponse, error) {
+	if _, err := r.enter(ctx, "Status"); err != nil {
+		return nil, err
+	}
 	return &runtimeapi.StatusResponse{
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 			{Type: runtimeapi.RuntimeReady, Status: true},
@@ -255,6 +266,9 @@ func (r *Runtime) Status(ctx context.Context, verbose bool) (*runtimeapi.StatusR
 // node sends two CIDRs separated by a comma. Pods keep the IPs they have when
 // the CIDR changes.
 func (r *Runtime) UpdateRuntimeConfig(ctx context.Context, runtimeConfig *runtimeapi.RuntimeConfig) error {
+	if _, err := r.enter(ctx, "UpdateRuntimeConfig"); err != nil {
+		return err
+	}
 	cidrs := runtimeConfig.GetNetworkConfig().GetPodCidr()
 	if cidrs == "" {
 		return nil // the kubelet never clears the pod CIDR; neither do we
@@ -272,6 +286,9 @@ func (r *Runtime) UpdateRuntimeConfig(ctx context.Context, runtimeConfig *runtim
 // RuntimeConfig reports the cgroupfs driver: the fake creates no cgroups, and
 // cgroupfs asks nothing of systemd on the host.
 func (r *Runtime) RuntimeConfig(ctx context.Context) (*runtimeapi.RuntimeConfigResponse, error) {
+	if _, err := r.enter(ctx, "RuntimeConfig"); err != nil {
+		return nil, err
+	}
 	return &runtimeapi.RuntimeConfigResponse{
 		Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS},
 	}, nil

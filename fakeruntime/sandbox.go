@@ -61,14 +61,19 @@ func sandboxName(md *runtimeapi.PodSandboxMetadata) string {
 // RunPodSandbox creates a sandbox in the ready state after
 // Behaviour.SandboxStartLatency. Unless the pod uses the host network it gets
 // an IP from each pod CIDR set by UpdateRuntimeConfig, as CNI would give; with
-// no pod CIDR it fails as CNI would. A second sandbox for the same pod attempt
-// fails with AlreadyExists while the first exists, as in containerd.
+// no pod CIDR, or with Fault.CNIMissing, it fails as CNI would. A second
+// sandbox for the same pod attempt fails with AlreadyExists while the first
+// exists, as in containerd.
 func (r *Runtime) RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandboxConfig, runtimeHandler string) (string, error) {
+	st, err := r.enter(ctx, "RunPodSandbox")
+	if err != nil {
+		return "", err
+	}
 	md := config.GetMetadata()
 	if md.GetName() == "" || md.GetNamespace() == "" || md.GetUid() == "" {
 		return "", status.Errorf(codes.InvalidArgument, "RunPodSandbox: the sandbox config must have metadata with a name, namespace and uid, got %v", md)
 	}
-	if err := r.wait(ctx, r.behaviour.SandboxStartLatency); err != nil {
+	if err := r.wait(ctx, st.slowed(r.behaviour.SandboxStartLatency)); err != nil {
 		return "", ctxError("RunPodSandbox for pod "+md.GetNamespace()+"/"+md.GetName(), err)
 	}
 	nsOpts := config.GetLinux().GetSecurityContext().GetNamespaceOptions()
@@ -82,11 +87,19 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandb
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.rebootedLocked(st); err != nil {
+		return "", err
+	}
 	if owner, ok := r.names[name]; ok {
 		return "", status.Errorf(codes.AlreadyExists, "RunPodSandbox for pod %s/%s: name %q is reserved for sandbox %s; stop and remove that sandbox first", md.GetNamespace(), md.GetName(), name, owner)
 	}
 	var ips []netip.Addr
 	if nsOpts.GetNetwork() != runtimeapi.NamespaceMode_NODE {
+		if st.fault.CNIMissing {
+			// containerd has picked the sandbox's ID by then, and names it;
+			// it then releases the name and keeps nothing.
+			return "", status.Errorf(codes.Unknown, cniMissingFormat, r.newIDLocked())
+		}
 		var err error
 		if ips, err = r.network.allocate(); err != nil {
 			code := codes.ResourceExhausted
@@ -130,6 +143,9 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandb
 // Containers that never started stay CREATED, as in containerd. Stopping a
 // stopped or unknown sandbox is not an error.
 func (r *Runtime) StopPodSandbox(ctx context.Context, podSandboxID string) error {
+	if _, err := r.enter(ctx, "StopPodSandbox"); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sb, err := lookupLocked(r.sandboxes, "pod sandbox", podSandboxID)
@@ -161,6 +177,9 @@ func (r *Runtime) StopPodSandbox(ctx context.Context, podSandboxID string) error
 // RemovePodSandbox removes the sandbox and all its containers, running or
 // not, and releases its pod IPs. Removing an unknown sandbox is not an error.
 func (r *Runtime) RemovePodSandbox(ctx context.Context, podSandboxID string) error {
+	if _, err := r.enter(ctx, "RemovePodSandbox"); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sb, err := lookupLocked(r.sandboxes, "pod sandbox", podSandboxID)
@@ -199,6 +218,9 @@ func (r *Runtime) releaseIPsLocked(sb *sandbox) {
 // no container statuses and no timestamp, as without evented PLEG: the
 // kubelet lists containers, and GetContainerEvents carries the statuses.
 func (r *Runtime) PodSandboxStatus(ctx context.Context, podSandboxID string, verbose bool) (*runtimeapi.PodSandboxStatusResponse, error) {
+	if _, err := r.enter(ctx, "PodSandboxStatus"); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sb, err := lookupLocked(r.sandboxes, "pod sandbox", podSandboxID)
@@ -211,6 +233,9 @@ func (r *Runtime) PodSandboxStatus(ctx context.Context, podSandboxID string, ver
 // ListPodSandbox returns the sandboxes that match filter, oldest first. The
 // ID filter matches an ID prefix, as containerd's does.
 func (r *Runtime) ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
+	if _, err := r.enter(ctx, "ListPodSandbox"); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	selector := compileSelector(filter.GetLabelSelector())

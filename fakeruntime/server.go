@@ -51,8 +51,22 @@ func ServeListener(ctx context.Context, lis net.Listener, rt *Runtime) error {
 		grpc.MaxRecvMsgSize(maxMsgSize),
 		grpc.MaxSendMsgSize(maxMsgSize),
 		// Calls carry Serve's logger, so their log lines name the node.
-		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		// A Down node fails every call here too, the ones the fake does
+		// not implement included, except ExecSync: its side channel is
+		// not CRI, and it enters by itself past it.
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			if info.FullMethod != runtimeapi.RuntimeService_ExecSync_FullMethodName {
+				if err := rt.downError(); err != nil {
+					return nil, err
+				}
+			}
 			return handler(klog.NewContext(ctx, logger), req)
+		}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			if err := rt.downError(); err != nil {
+				return err
+			}
+			return handler(srv, ss)
 		}),
 	)
 	runtimeapi.RegisterRuntimeServiceServer(srv, &runtimeServer{rt: rt, logger: logger, serveCtx: ctx})
@@ -237,12 +251,18 @@ func (s *runtimeServer) UpdateContainerResources(ctx context.Context, req *runti
 	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 }
 
+// ExecSync answers the side channel (sidechannel.go) whatever the node's
+// fault: it stands for the probes and log reads a kubelet makes without
+// CRI. Every other command is a CRI exec, and sees the fault.
 func (s *runtimeServer) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
 	if stdout, exitCode, ok, err := s.rt.sideChannel(req.GetContainerId(), req.GetCmd()); ok {
 		if err != nil {
 			return nil, err
 		}
 		return &runtimeapi.ExecSyncResponse{Stdout: stdout, ExitCode: exitCode}, nil
+	}
+	if _, err := s.rt.enter(ctx, "ExecSync"); err != nil {
+		return nil, err
 	}
 	stdout, stderr, exitCode, err := s.rt.execSync(ctx, req.GetContainerId(), req.GetCmd(), time.Duration(req.GetTimeout())*time.Second)
 	if err != nil {
@@ -317,6 +337,9 @@ func (s *runtimeServer) GetContainerEvents(req *runtimeapi.GetEventsRequest, str
 	ctx, cancel := context.WithCancel(klog.NewContext(stream.Context(), s.logger))
 	defer cancel()
 	defer context.AfterFunc(s.serveCtx, cancel)()
+	if _, err := s.rt.enter(ctx, "GetContainerEvents"); err != nil {
+		return err
+	}
 	err := s.rt.watchEvents(ctx, func() {}, stream.Send)
 	if ctx.Err() != nil {
 		return ctxError("GetContainerEvents", ctx.Err())

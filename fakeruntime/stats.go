@@ -77,6 +77,9 @@ func toUint(v float64) uint64 {
 
 // ContainerStats returns the container's stats (see usageAt), or NotFound.
 func (r *Runtime) ContainerStats(ctx context.Context, containerID string) (*runtimeapi.ContainerStats, error) {
+	if _, err := r.enter(ctx, "ContainerStats"); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, err := lookupLocked(r.containers, "container", containerID)
@@ -93,6 +96,9 @@ func (r *Runtime) ContainerStats(ctx context.Context, containerID string) (*runt
 // final usage), as the container list shows them. The ID and sandbox ID
 // filters match prefixes, as ListContainers' do.
 func (r *Runtime) ListContainerStats(ctx context.Context, filter *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error) {
+	if _, err := r.enter(ctx, "ListContainerStats"); err != nil {
+		return nil, err
+	}
 	cf := &runtimeapi.ContainerFilter{Id: filter.GetId(), PodSandboxId: filter.GetPodSandboxId()}
 	selector := compileSelector(filter.GetLabelSelector())
 	r.mu.Lock()
@@ -116,6 +122,9 @@ func (r *Runtime) ListContainerStats(ctx context.Context, filter *runtimeapi.Con
 // PodSandboxStats returns the sandbox's stats (see sandboxStatsLocked), or
 // NotFound.
 func (r *Runtime) PodSandboxStats(ctx context.Context, podSandboxID string) (*runtimeapi.PodSandboxStats, error) {
+	if _, err := r.enter(ctx, "PodSandboxStats"); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sb, err := lookupLocked(r.sandboxes, "pod sandbox", podSandboxID)
@@ -128,6 +137,9 @@ func (r *Runtime) PodSandboxStats(ctx context.Context, podSandboxID string) (*ru
 // ListPodSandboxStats returns the stats of the sandboxes that match filter,
 // ready or not, oldest first. The ID filter matches a prefix.
 func (r *Runtime) ListPodSandboxStats(ctx context.Context, filter *runtimeapi.PodSandboxStatsFilter) ([]*runtimeapi.PodSandboxStats, error) {
+	if _, err := r.enter(ctx, "ListPodSandboxStats"); err != nil {
+		return nil, err
+	}
 	sf := &runtimeapi.PodSandboxFilter{Id: filter.GetId()}
 	selector := compileSelector(filter.GetLabelSelector())
 	r.mu.Lock()
