@@ -10,8 +10,8 @@ import (
 
 // RenderMarkdown writes r as report.md: a header with the SLO verdict and
 // the run's facts, then the SLOs, the pod startup SLIs, the phases, the API
-// tables (client and server side), scheduling throughput, the fleet's cost,
-// settings and errors. It renders on GitHub and in any Markdown viewer; the
+// tables (client and server side), scheduling throughput, heartbeats, API
+// server outages, faults, the fleet's cost, settings and errors. It renders on GitHub and in any Markdown viewer; the
 // charts are in report.html. It returns the first write error.
 func RenderMarkdown(w io.Writer, r *Report) error {
 	v := buildView(r)
@@ -133,6 +133,20 @@ func RenderMarkdown(w io.Writer, r *Report) error {
 		p("\n## API server outages\n\n")
 		p("Stretches of at least 5 s in which the API server answered none of the fleet's requests.\n\n")
 		mdTable(bw, []string{"", ""}, "--", kvRows(v.Outages))
+	}
+	if len(v.Faults) > 0 {
+		p("\n## Faults\n\n")
+		p("Each fault phase of the profile, and what the control plane did about it, as the run's watches of Nodes and pods saw it: times from the fault's start (from its end, for *Ready again*), of the watch events rather than the objects' 1-second timestamps; p50 and max over the nodes (or pods) that got there.\n")
+		for _, f := range v.Faults {
+			p("\n### %s\n\n", mdText(f.Heading))
+			mdTable(bw, []string{"", ""}, "--", kvRows(f.Facts))
+			if len(f.Notes) > 0 {
+				p("\n")
+			}
+			for _, n := range f.Notes {
+				p("- %s\n", mdText(n))
+			}
+		}
 	}
 	p("\n## Fleet\n\n")
 	mdTable(bw, []string{"", ""}, "--", kvRows(v.Fleet))

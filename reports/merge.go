@@ -27,7 +27,9 @@ import (
 // Every report's measurements are taken to be of different things: the
 // control plane's own metrics (APIServerLatency, the scheduler's counters)
 // should be scraped by one process only, normally the one that drives the
-// load, or they are counted once per process that scraped them.
+// load, or they are counted once per process that scraped them. The same
+// holds for faults (see mergeFaults): each process reports the hit nodes it
+// watched, and two processes watching the same nodes count them twice.
 func Merge(reports ...*Report) (*Report, error) {
 	if len(reports) == 0 {
 		return nil, fmt.Errorf("merging reports: no reports")
@@ -130,6 +132,7 @@ func Merge(reports ...*Report) (*Report, error) {
 		return nil, err
 	}
 	out.Heartbeat = hb
+	out.Faults = mergeFaults(reports)
 
 	// The thresholds are the same in every report (checked above); reports
 	// whose SLOs were checked without recording them used the defaults.
@@ -189,6 +192,86 @@ func mergeHeartbeats(reports []*Report) (*HeartbeatStats, error) {
 	}
 	out.LeaseWriteLatency = merged[0]
 	return out, nil
+}
+
+// mergeFaults merges the shards' faults by phase, in the order they
+// started: a fault phase hits nodes of several shards at once, and each
+// shard says what happened to its own. Counts and nodes add up; the fault
+// spans the shards' starts and ends (still going if it is in any shard);
+// the spreads merge as mergeSpreads says, their percentiles as upper
+// bounds. The taint rates add up, which is exact when the shards' nodes
+// were tainted over the same stretch, as a zone's nodes spread over shards
+// are (the controller's queue takes them in turn); the controller's
+// configured rates are one control plane's, the same in every shard.
+func mergeFaults(reports []*Report) []Fault {
+	var out []Fault
+	idx := map[string]int{}
+	for _, r := range reports {
+		for _, f := range r.Faults {
+			i, ok := idx[f.Phase]
+			if !ok {
+				idx[f.Phase] = len(out)
+				f.Notes = slices.Clone(f.Notes)
+				out = append(out, f)
+				continue
+			}
+			m := &out[i]
+			if f.Selector != m.Selector && !slices.Contains(strings.Split(m.Selector, " | "), f.Selector) {
+				m.Selector += " | " + f.Selector
+			}
+			m.Nodes += f.Nodes
+			ongoing := m.End.IsZero() || f.End.IsZero()
+			if f.Start.Before(m.Start) {
+				m.Start = f.Start
+			}
+			if f.End.After(m.End) {
+				m.End = f.End
+			}
+			if ongoing {
+				m.End = time.Time{}
+			}
+			m.Seconds = max(m.Seconds, f.Seconds)
+			if !ongoing {
+				m.Seconds = max(m.Seconds, roundTo(m.End.Sub(m.Start).Seconds(), 3))
+			}
+			m.NotReady = mergeSpreads(m.NotReady, f.NotReady)
+			m.UnreachableTaint = mergeSpreads(m.UnreachableTaint, f.UnreachableTaint)
+			m.NotReadyTaint = mergeSpreads(m.NotReadyTaint, f.NotReadyTaint)
+			m.TaintRatePerSecond = roundTo(m.TaintRatePerSecond+f.TaintRatePerSecond, 3)
+			m.NodeEvictionRate = max(m.NodeEvictionRate, f.NodeEvictionRate)
+			m.SecondaryNodeEvictionRate = max(m.SecondaryNodeEvictionRate, f.SecondaryNodeEvictionRate)
+			m.PodsEvicted += f.PodsEvicted
+			m.PodsRescheduled += f.PodsRescheduled
+			m.RescheduledStartup = mergeSpreads(m.RescheduledStartup, f.RescheduledStartup)
+			m.ReadyAgain = mergeSpreads(m.ReadyAgain, f.ReadyAgain)
+			m.NotReadyAtReport += f.NotReadyAtReport
+			m.ContainerRestarts += f.ContainerRestarts
+			m.PodsLost += f.PodsLost
+			m.PodsDuplicated += f.PodsDuplicated
+			for _, n := range f.Notes {
+				if !slices.Contains(m.Notes, n) {
+					m.Notes = append(m.Notes, n)
+				}
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Fault) int { return a.Start.Compare(b.Start) })
+	return out
+}
+
+// mergeSpreads combines the spreads of shards over their own nodes or pods.
+// Count adds up and Max is the largest, exactly; the percentiles cannot be
+// merged from percentiles, so P50 and P99 are the shards' largest: an upper
+// bound of the percentile over all of them (at least half of every shard's
+// values are at or below its own p50, hence at or below the largest p50;
+// the same for p99), and exact when one shard has them all.
+func mergeSpreads(a, b Spread) Spread {
+	return Spread{
+		Count:      a.Count + b.Count,
+		P50Seconds: max(a.P50Seconds, b.P50Seconds),
+		P99Seconds: max(a.P99Seconds, b.P99Seconds),
+		MaxSeconds: max(a.MaxSeconds, b.MaxSeconds),
+	}
 }
 
 // sameRun reports whether a and b are the report of one process, given

@@ -70,6 +70,10 @@ type Report struct {
 	// Outages (optional) are the stretches of the run in which the API
 	// server answered none of the fleet's requests, and what each cost.
 	Outages []Outage `json:"outages,omitempty"`
+	// Faults (optional) are the faults the profile's fault phases injected
+	// into the fleet's nodes and what the control plane did about each, in
+	// the order they started.
+	Faults []Fault `json:"faults,omitempty"`
 	// Series (optional) are per-second time series of pods and requests.
 	Series Series `json:"series,omitzero"`
 	// SLOThresholds (optional) are the thresholds SLOs were checked

@@ -11,11 +11,11 @@ import (
 
 // RenderSummary writes the terminal summary of r: a header line, the phase
 // and SLI tables, the SLO verdicts and why pod startup failed, the
-// scheduling throughput and heartbeats, the API table, then whatever needs
-// attention (anomalies, settings that differ from the kubelet's defaults,
-// errors). It reads the same view as RenderMarkdown and RenderHTML, in the
-// same words. Write errors are ignored: the summary is a courtesy, the
-// report file is the record.
+// scheduling throughput, heartbeats, outages and faults, the API table,
+// then whatever needs attention (anomalies, settings that differ from the
+// kubelet's defaults, errors). It reads the same view as RenderMarkdown and
+// RenderHTML, in the same words. Write errors are ignored: the summary is a
+// courtesy, the report file is the record.
 func RenderSummary(w io.Writer, r *Report) {
 	v := buildView(r)
 	fmt.Fprintln(w, summaryHeader(v.Profile, v.Run))
@@ -49,6 +49,7 @@ func RenderSummary(w io.Writer, r *Report) {
 	writeKeyValues(w, "scheduling throughput", v.Scheduling)
 	writeKeyValues(w, "heartbeats", v.Heartbeat)
 	writeKeyValues(w, "API server outages", v.Outages)
+	writeFaults(w, v.Faults)
 
 	if len(v.API) > 0 {
 		fmt.Fprintln(w)
@@ -136,6 +137,24 @@ func writeKeyValues(w io.Writer, title string, kvs []keyValue) {
 	}
 }
 
+// writeFaults writes each fault's heading, then its facts and notes
+// indented under it, after a blank line; nothing without faults.
+func writeFaults(w io.Writer, faults []faultView) {
+	if len(faults) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nfaults:\n")
+	for _, f := range faults {
+		fmt.Fprintf(w, "  %s:\n", f.Heading)
+		for _, kv := range f.Facts {
+			fmt.Fprintf(w, "    %s: %s\n", kv.Key, kv.Value)
+		}
+		for _, n := range f.Notes {
+			fmt.Fprintf(w, "    note: %s\n", n)
+		}
+	}
+}
+
 // writeTable writes a table with its first left columns aligned left (names)
 // and the others right (numbers), as people read them. tabwriter aligns every
 // cell one way, so the left columns are padded here into one cell, and the
@@ -187,6 +206,15 @@ func fmtRate(perSecond float64, decimals int) string {
 
 func fmtMs(ms float64) string {
 	return strconv.FormatFloat(ms, 'f', 1, 64)
+}
+
+// fmtSeconds writes a time in seconds with its unit: milliseconds below
+// 1 s (a pod's startup), seconds with one decimal above (a node's NotReady).
+func fmtSeconds(seconds float64) string {
+	if seconds < 1 {
+		return fmtMs(seconds*1000) + " ms"
+	}
+	return fmtRate(seconds, 1) + " s"
 }
 
 func fmtWall(seconds float64) string {

@@ -52,6 +52,7 @@ type reportView struct {
 	Scheduling []keyValue
 	Heartbeat  []keyValue
 	Outages    []keyValue
+	Faults     []faultView // the profile's fault phases, one block each
 	Fleet      []keyValue
 	Settings   []keyValue
 	Errors     []string
@@ -59,6 +60,15 @@ type reportView struct {
 }
 
 type keyValue struct{ Key, Value string }
+
+// faultView is one fault: Heading says what was injected where and when,
+// Facts what the nodes and the control plane did (NotReady, Taints, Pods,
+// Ready again), Notes the rest in words.
+type faultView struct {
+	Heading string
+	Facts   []keyValue
+	Notes   []string
+}
 
 // fact is one headline number: Value large, Sub under it in small print.
 type fact struct{ Key, Value, Sub string }
@@ -144,6 +154,7 @@ func buildView(r *Report) reportView {
 	v.Scheduling = schedulingFacts(r)
 	v.Heartbeat = heartbeatFacts(r)
 	v.Outages = outageFacts(r)
+	v.Faults = faultViews(r)
 	v.Fleet = fleetFacts(r)
 	v.Settings = settingRows(r)
 	v.Errors = r.Errors
@@ -575,6 +586,94 @@ func outageFacts(r *Report) []keyValue {
 		out = append(out, keyValue{fmt.Sprintf("Outage %d: %s", i+1, when), cost})
 	}
 	return out
+}
+
+// faultViews are the run's faults, in the report's order (as they
+// started): each its heading, then what the nodes and the control plane did,
+// zeros said plainly (a fault that did nothing is a result too).
+func faultViews(r *Report) []faultView {
+	var out []faultView
+	for _, f := range r.Faults {
+		heading := fmt.Sprintf("%s (%s) on %s", f.Phase, f.Kind, plural(f.Nodes, "node"))
+		if f.Selector != "" {
+			heading += " (" + f.Selector + ")"
+		}
+		heading += ", " + f.Start.UTC().Format("15:04:05") + " UTC, "
+		if f.End.IsZero() {
+			heading += "still going at the report, " + fmtRate(f.Seconds, 1) + " s so far"
+		} else {
+			heading += "for " + fmtRate(f.Seconds, 1) + " s"
+		}
+
+		notReady := fmt.Sprintf("%d of %s", f.NotReady.Count, plural(f.Nodes, "node"))
+		if f.NotReady.Count == 0 {
+			notReady += ": no node went NotReady"
+		} else {
+			notReady += ", " + spreadText(f.NotReady) + " after the start"
+		}
+
+		taint := func(name string, s Spread) string {
+			t := name + " on " + plural(s.Count, "node")
+			if s.Count > 0 {
+				t += " (" + spreadText(s) + ")"
+			}
+			return t
+		}
+		taints := taint("unreachable", f.UnreachableTaint) + ", " + taint("not-ready", f.NotReadyTaint) + "; "
+		switch {
+		case f.UnreachableTaint.Count+f.NotReadyTaint.Count == 0:
+			taints = "no NoExecute taint added "
+		case f.TaintRatePerSecond > 0:
+			taints += "added at " + fmtRate(f.TaintRatePerSecond, 2) + " nodes/s "
+		default:
+			taints += "too few to give a rate "
+		}
+		if f.NodeEvictionRate > 0 || f.SecondaryNodeEvictionRate > 0 {
+			taints += fmt.Sprintf("(controller: --node-eviction-rate %s, secondary %s)",
+				strconv.FormatFloat(f.NodeEvictionRate, 'f', -1, 64), strconv.FormatFloat(f.SecondaryNodeEvictionRate, 'f', -1, 64))
+		} else {
+			taints += "(the controller's configured rates unknown: not fleetlet's control plane)"
+		}
+
+		rescheduled := fmt.Sprintf("%d rescheduled elsewhere", f.PodsRescheduled)
+		if s := f.RescheduledStartup; s.Count > 0 {
+			rescheduled += fmt.Sprintf(" (startup p50 %s, p99 %s)", fmtSeconds(s.P50Seconds), fmtSeconds(s.P99Seconds))
+		}
+		pods := fmt.Sprintf("%d evicted by taint, %s, %d lost, %d duplicated, %s",
+			f.PodsEvicted, rescheduled, f.PodsLost, f.PodsDuplicated, plural(f.ContainerRestarts, "container restart"))
+
+		var again string
+		switch {
+		case f.NotReady.Count == 0:
+			again = "no node went NotReady"
+		case f.End.IsZero():
+			again = fmt.Sprintf("the fault was still going at the report; %d still not Ready", f.NotReadyAtReport)
+		default:
+			again = fmt.Sprintf("%d of %s", f.ReadyAgain.Count, plural(f.NotReady.Count, "node"))
+			if f.ReadyAgain.Count > 0 {
+				again += ", " + spreadText(f.ReadyAgain) + " after the end"
+			}
+			again += fmt.Sprintf("; %d still not Ready", f.NotReadyAtReport)
+		}
+
+		out = append(out, faultView{
+			Heading: heading,
+			Facts: []keyValue{
+				{"NotReady", notReady},
+				{"Taints", taints},
+				{"Pods", pods},
+				{"Ready again", again},
+			},
+			Notes: f.Notes,
+		})
+	}
+	return out
+}
+
+// spreadText is a spread's median and maximum, for a line that already
+// says how many got there.
+func spreadText(s Spread) string {
+	return "p50 " + fmtSeconds(s.P50Seconds) + ", max " + fmtSeconds(s.MaxSeconds)
 }
 
 // fleetFacts are the fleet's own cost, as runOf words it.

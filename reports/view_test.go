@@ -15,7 +15,8 @@ import (
 // to word: pod startup over its SLO (with a diagnosis), the API SLOs
 // skipped for want of apiserver metrics, phases and SLIs with overflows and
 // anomalies, pods left out of an SLI, no wall time (no request rates), a
-// fleet whose cost was not measured, and two errors.
+// fleet whose cost was not measured, two errors, and two faults (one that
+// the control plane acted on, one still going that did nothing).
 func troubledReport() *Report {
 	r := sampleReport()
 	r.SchemaVersion = SchemaVersion
@@ -33,6 +34,7 @@ func troubledReport() *Report {
 	startPods(groups, GroupName("latency", "Pod"), 2, 80*time.Millisecond)
 	r.PodGroups = GroupSummaries(groups)
 	r.Workloads = []PhaseSummary{DurationSummary("running/Deployment", []time.Duration{time.Second, 3 * time.Second})}
+	r.Faults = sampleFaults()
 	r.EvaluateSLOs(SLOThresholds{PodStartupP99: metav1.Duration{Duration: 100 * time.Millisecond}})
 	return r
 }
@@ -60,9 +62,9 @@ func TestRenderTroubledGolden(t *testing.T) {
 
 // TestRenderersAgree: every sentence and value of the view that the
 // terminal, report.md and report.html all show is in each of them, in the
-// same words. (The headline facts, the server-side API table and the Fleet
-// section are report.md's and report.html's only; the terminal's header
-// line has the fleet's cost.)
+// same words, faults included. (The headline facts, the server-side API
+// table and the Fleet section are report.md's and report.html's only; the
+// terminal's header line has the fleet's cost.)
 func TestRenderersAgree(t *testing.T) {
 	for name, r := range map[string]*Report{"sample": sampleReport(), "troubled": troubledReport()} {
 		t.Run(name, func(t *testing.T) {
@@ -103,6 +105,13 @@ func TestRenderersAgree(t *testing.T) {
 				want = append(want, kv.Key, kv.Value)
 			}
 			want = append(want, v.Errors...)
+			for _, f := range v.Faults {
+				want = append(want, f.Heading)
+				for _, kv := range f.Facts {
+					want = append(want, kv.Key, kv.Value)
+				}
+				want = append(want, f.Notes...)
+			}
 			for _, row := range v.API {
 				want = append(want, row.Resource, row.Rate, row.EventsPerNode, row.Sent, row.Received)
 			}
