@@ -115,7 +115,11 @@ type Agent struct {
 	// nodeStatus registers the Node and keeps its status; the start tells
 	// it what it finds out (the runtime's version, the kubelet port).
 	nodeStatus *nodestatus.Manager
-	workers    *podworkers.PodWorkers
+	// runtimeState is what the runtime's periodic Status calls (runtimeUp)
+	// found, which the node status reads.
+	runtimeState *nodestatus.RuntimeSync
+	runtimeUp    *runtimeUp
+	workers      *podworkers.PodWorkers
 	// metrics are the kubelet's metrics of the node (/metrics).
 	metrics *metrics.Kubelet
 	// static holds the node's static and mirror pods; staticSource (nil
@@ -242,6 +246,8 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
+	a.runtimeState = nodestatus.NewRuntimeSync()
+	a.runtimeUp = &runtimeUp{cri: a.cri, state: a.runtimeState, clock: cfg.Clock}
 	a.nodeStatus = nodestatus.NewManager(nodestatus.Config{
 		Identity: nodestatus.Identity{
 			Name: cfg.NodeName, IP: cfg.NodeIP, Labels: cfg.Labels, Taints: cfg.Taints, Capacity: capacity,
@@ -323,6 +329,11 @@ func (a *Agent) runnables() []part {
 		{"node source", a.nodeSource},
 		{"node source synced", step{start: a.waitForNode}},
 		{"node lease", newLoop(a.lease.Run)},
+		// The kubelet asks the runtime's Status, and its PLEG has relisted
+		// (it relists as it starts), before the first status update, which
+		// would report the node NotReady otherwise.
+		{"container runtime status", a.runtimeUp},
+		{"PLEG first relist", step{start: a.firstRelist}},
 		{"node status", newLoop(a.nodeStatus.Run)},
 		{"pod status manager", newLoop(a.statusManager.Run)},
 		{"PLEG", newLoop(a.pleg.Run)},
@@ -356,6 +367,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	return runParts(klog.NewContext(ctx, logger), a.parts)
 }
 
+// StallPodWorkers wedges (true) or frees (false) the node's pod workers, as
+// a kubelet whose workers hang on a call that never returns: no pod is
+// started, synced, killed or cleaned up, so a pod bound meanwhile stays as
+// the API shows it (Pending) and a deletion is not carried out, while the
+// rest of the node is healthy: its lease and node status (Ready), its
+// kubelet API, its PLEG, probes and the status manager go on, and the
+// runtime runs the containers it has. Freed, each worker syncs the newest
+// version of its pod, so the node catches up with what changed meanwhile.
+// A sync already in flight when the stall begins runs to its end. Safe for
+// concurrent use, before and during Run; asking for the state the workers
+// are in does nothing.
+//
+// Readiness changes found by probes during a stall are not reported: the
+// agent reports them through a pod sync, where the kubelet's prober writes
+// them to its status manager directly.
+func (a *Agent) StallPodWorkers(stalled bool) {
+	a.workers.Stall(stalled)
+}
+
 // readRuntimeVersion asks the CRI runtime who it is, as the kubelet does
 // before anything else: the node reports it, and container IDs carry its name.
 func (a *Agent) readRuntimeVersion(ctx context.Context) error {
@@ -365,6 +395,15 @@ func (a *Agent) readRuntimeVersion(ctx context.Context) error {
 	}
 	a.runtimeName = ver.RuntimeName
 	a.nodeStatus.SetRuntimeVersion(ver.RuntimeName + "://" + ver.RuntimeVersion)
+	return nil
+}
+
+// firstRelist lists the runtime once, as the kubelet's PLEG does as it
+// starts; a failure is the PLEG's to retry.
+func (a *Agent) firstRelist(ctx context.Context) error {
+	if err := a.pleg.Relist(ctx); err != nil && ctx.Err() == nil {
+		klog.FromContext(ctx).V(2).Info("GenericPLEG: unable to relist", "err", err)
+	}
 	return nil
 }
 

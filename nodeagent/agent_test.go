@@ -60,19 +60,35 @@ type harness struct {
 	runtime *fakeruntime.Runtime
 	clock   *clocktesting.FakeClock
 	marks   *marks
-	cancel  context.CancelFunc
-	done    chan error
+	// cfg is the Config the agent was built from, agent the agent.
+	cfg    Config
+	agent  *Agent
+	cancel context.CancelFunc
+	done   chan error
 }
 
 func startAgent(t *testing.T, opts ...func(*Config)) *harness {
 	t.Helper()
+	h := newHarness(t)
+	h.run(t, h.config(opts...))
+	return h
+}
+
+// newHarness makes the API server, clock and runtime of a node, and stops
+// its agent, if one runs, when the test ends.
+func newHarness(t *testing.T) *harness {
 	h := &harness{
 		client: fake.NewClientset(),
 		clock:  clocktesting.NewFakeClock(time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)),
 		marks:  &marks{},
-		done:   make(chan error, 1),
 	}
 	h.runtime = fakeruntime.New(fakeruntime.Config{Clock: h.clock})
+	t.Cleanup(func() { h.stop(t) })
+	return h
+}
+
+// config is the node's Config, changed by opts.
+func (h *harness) config(opts ...func(*Config)) Config {
 	cfg := Config{
 		NodeName: "n1",
 		NodeIP:   net.ParseIP("127.1.0.1"),
@@ -83,25 +99,39 @@ func startAgent(t *testing.T, opts ...func(*Config)) *harness {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	return cfg
+}
+
+// run builds an agent from cfg and runs it until stop.
+func (h *harness) run(t *testing.T, cfg Config) {
+	t.Helper()
 	agent, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.cfg, h.agent = cfg, agent
 	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	go func() { h.done <- agent.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-h.done:
-			if err != nil {
-				t.Errorf("agent.Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("agent did not stop within 30s of its context ending")
+	done := make(chan error, 1)
+	h.cancel, h.done = cancel, done
+	go func() { done <- agent.Run(ctx) }()
+}
+
+// stop ends the running agent's context and waits for its Run to return.
+func (h *harness) stop(t *testing.T) {
+	t.Helper()
+	if h.cancel == nil {
+		return
+	}
+	h.cancel()
+	select {
+	case err := <-h.done:
+		if err != nil {
+			t.Errorf("agent.Run: %v", err)
 		}
-	})
-	return h
+	case <-time.After(30 * time.Second):
+		t.Error("agent did not stop within 30s of its context ending")
+	}
+	h.cancel, h.done = nil, nil
 }
 
 // eventually steps the fake clock by a second at a time (driving the PLEG,

@@ -67,20 +67,17 @@ func (a *Agent) nodeAllocatable(capacity corev1.ResourceList) (reserved, allocat
 	return reserved, nodestatus.Allocatable(capacity, reserved), nil
 }
 
-// nodeRuntimeState is what the node status reports of the runtime: the CRI
-// Status (readiness, handlers, features), the eviction manager's pressure
-// conditions and the PLEG's health, with the kubelet's messages.
-func (a *Agent) nodeRuntimeState(ctx context.Context) nodestatus.RuntimeState {
-	st := nodestatus.FromCRIStatus(a.cri.Status(ctx, false))
+// nodeRuntimeState is what the node status reports of the runtime, as the
+// kubelet's Ready condition reads its runtime state: what the periodic CRI
+// Status calls found (runtimeUp), the PLEG's health, with the kubelet's
+// messages, and the eviction manager's pressure conditions. It asks the
+// runtime nothing itself: a runtime that stops answering leaves the node
+// Ready until nodestatus.MaxWaitForContainerRuntime has passed.
+func (a *Agent) nodeRuntimeState(context.Context) nodestatus.RuntimeState {
+	st := a.runtimeState.State(a.cfg.Clock.Now(), nodestatus.HealthCheck{Name: "PLEG", Healthy: a.pleg.Healthy})
 	st.MemoryPressure = a.eviction.IsUnderMemoryPressure()
 	st.DiskPressure = a.eviction.IsUnderDiskPressure()
 	st.PIDPressure = a.eviction.IsUnderPIDPressure()
-	if !st.Ready {
-		return st
-	}
-	if ok, err := a.pleg.Healthy(); !ok {
-		st.Ready, st.Message = false, fmt.Sprintf("PLEG is not healthy: %v", err)
-	}
 	return st
 }
 

@@ -48,12 +48,23 @@ type Config struct {
 	Wait time.Duration
 }
 
-// ClientCertificate is a node's client certificate and its manager.
+// ClientCertificate is a node's client certificate and its manager. It can
+// be started again after a Stop, as a node's kubelet starts again after a
+// reboot with the certificate its directory holds: the node's clients,
+// built once from RESTConfig, present the certificate of whichever manager
+// runs.
 type ClientCertificate struct {
-	cfg     Config
-	manager certificate.Manager
-	dialer  *connrotation.Dialer
-	rest    *rest.Config
+	cfg    Config
+	store  certificate.Store
+	dialer *connrotation.Dialer
+	rest   *rest.Config
+
+	// managerMu guards manager, replaced when the ClientCertificate starts
+	// again: client-go's manager cannot run after its Stop. stopped is set
+	// by Stop.
+	managerMu sync.Mutex
+	manager   certificate.Manager
+	stopped   bool
 
 	mu        sync.Mutex
 	bootstrap *certificateClient // made on the first request, dropped with the first certificate
@@ -81,26 +92,42 @@ func New(cfg Config) (*ClientCertificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certificate store of node %s: %w", cfg.NodeName, err)
 	}
-	c := &ClientCertificate{cfg: cfg}
-	c.manager, err = certificate.NewManager(&certificate.Config{
-		ClientsetFn: c.clientFor,
-		// As NewKubeletClientCertificateManager's.
-		Template: &x509.CertificateRequest{
-			Subject: pkix.Name{CommonName: "system:node:" + cfg.NodeName, Organization: []string{"system:nodes"}},
-		},
-		SignerName:       certificatesv1.KubeAPIServerClientKubeletSignerName,
-		GetUsages:        certificate.DefaultKubeletClientGetUsages,
-		CertificateStore: store,
-		Name:             "kubelet-client",
-	})
-	if err != nil {
-		return nil, fmt.Errorf("certificate manager of node %s: %w", cfg.NodeName, err)
+	c := &ClientCertificate{cfg: cfg, store: store}
+	if c.manager, err = c.newManager(); err != nil {
+		return nil, err
 	}
-	c.rest, c.dialer, err = rotatingConfig(cfg.Bootstrap, c.manager)
+	c.rest, c.dialer, err = rotatingConfig(cfg.Bootstrap, c.Current)
 	if err != nil {
 		return nil, fmt.Errorf("client of node %s: %w", cfg.NodeName, err)
 	}
 	return c, nil
+}
+
+// newManager builds the node's certificate manager over its store, which
+// it reads at once: the certificate the last manager wrote is the new one's.
+func (c *ClientCertificate) newManager() (certificate.Manager, error) {
+	m, err := certificate.NewManager(&certificate.Config{
+		ClientsetFn: c.clientFor,
+		// As NewKubeletClientCertificateManager's.
+		Template: &x509.CertificateRequest{
+			Subject: pkix.Name{CommonName: "system:node:" + c.cfg.NodeName, Organization: []string{"system:nodes"}},
+		},
+		SignerName:       certificatesv1.KubeAPIServerClientKubeletSignerName,
+		GetUsages:        certificate.DefaultKubeletClientGetUsages,
+		CertificateStore: c.store,
+		Name:             "kubelet-client",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("certificate manager of node %s: %w", c.cfg.NodeName, err)
+	}
+	return m, nil
+}
+
+// current is the manager that runs, or ran last.
+func (c *ClientCertificate) current() certificate.Manager {
+	c.managerMu.Lock()
+	defer c.managerMu.Unlock()
+	return c.manager
 }
 
 // CheckWritable makes dir if it is missing and checks that this process can
@@ -125,29 +152,41 @@ func CheckWritable(dir string) error {
 func (c *ClientCertificate) RESTConfig() *rest.Config { return rest.CopyConfig(c.rest) }
 
 // Current is the certificate the node presents, nil before the first.
-func (c *ClientCertificate) Current() *tls.Certificate { return c.manager.Current() }
+func (c *ClientCertificate) Current() *tls.Certificate { return c.current().Current() }
 
 // Start starts the manager, which asks for a certificate at once if the
 // directory held none (or an expired one) and rotates it at 70 to 90 % of
-// its lifetime, and waits for a certificate for at most cfg.Wait.
+// its lifetime, and waits for a certificate for at most cfg.Wait. After a
+// Stop, it starts a new manager, with the certificate the directory holds.
 func (c *ClientCertificate) Start(ctx context.Context) error {
-	c.lastCert = c.manager.Current()
-	c.manager.Start()
+	c.managerMu.Lock()
+	if c.stopped {
+		m, err := c.newManager()
+		if err != nil {
+			c.managerMu.Unlock()
+			return err
+		}
+		c.manager, c.stopped = m, false
+	}
+	m := c.manager
+	c.managerMu.Unlock()
+	c.lastCert = m.Current()
+	m.Start()
 	if c.lastCert != nil {
 		return nil
 	}
 	start := time.Now()
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
-	for c.manager.Current() == nil {
+	for m.Current() == nil {
 		select {
 		case <-ctx.Done():
-			c.manager.Stop()
+			c.Stop()
 			return context.Cause(ctx)
 		case <-t.C:
 		}
 		if time.Since(start) > c.cfg.Wait {
-			c.manager.Stop()
+			c.Stop()
 			return fmt.Errorf("node %s has no client certificate after %v: its CSR (signer %s, user of the bootstrap token) was not approved or not signed; check `kubectl get csr`, the controller-manager's csrapproving and csrsigning controllers, and that the bootstrap token's group may create certificatesigningrequests/nodeclient",
 				c.cfg.NodeName, c.cfg.Wait, certificatesv1.KubeAPIServerClientKubeletSignerName)
 		}
@@ -155,7 +194,7 @@ func (c *ClientCertificate) Start(ctx context.Context) error {
 	c.mu.Lock()
 	c.bootstrap = nil // the bootstrap identity is not used again
 	c.mu.Unlock()
-	c.lastCert = c.manager.Current()
+	c.lastCert = m.Current()
 	return nil
 }
 
@@ -171,7 +210,7 @@ func (c *ClientCertificate) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if cur := c.manager.Current(); cur != nil && cur != c.lastCert {
+		if cur := c.Current(); cur != nil && cur != c.lastCert {
 			c.lastCert = cur
 			klog.FromContext(ctx).Info("Certificate rotation detected, shutting down client connections to start using new credentials")
 			c.dialer.CloseAll()
@@ -179,8 +218,13 @@ func (c *ClientCertificate) Run(ctx context.Context) {
 	}
 }
 
-// Stop stops the manager.
-func (c *ClientCertificate) Stop() { c.manager.Stop() }
+// Stop stops the manager; the certificate it holds is still presented.
+func (c *ClientCertificate) Stop() {
+	c.managerMu.Lock()
+	defer c.managerMu.Unlock()
+	c.manager.Stop()
+	c.stopped = true
+}
 
 // CloseAll closes every connection of the node's transport.
 func (c *ClientCertificate) CloseAll() { c.dialer.CloseAll() }
@@ -256,9 +300,9 @@ func (c *certificateClient) CertificatesV1beta1() certificatesv1beta1client.Cert
 }
 
 // rotatingConfig is the kubelet's addCertRotation: a rest config for
-// bootstrap's server whose TLS handshakes present the manager's current
-// certificate, through a dialer whose connections can all be closed.
-func rotatingConfig(bootstrap *rest.Config, m certificate.Manager) (*rest.Config, *connrotation.Dialer, error) {
+// bootstrap's server whose TLS handshakes present the current certificate,
+// through a dialer whose connections can all be closed.
+func rotatingConfig(bootstrap *rest.Config, current func() *tls.Certificate) (*rest.Config, *connrotation.Dialer, error) {
 	if bootstrap == nil {
 		return nil, nil, errors.New("no bootstrap kubeconfig")
 	}
@@ -272,7 +316,7 @@ func rotatingConfig(bootstrap *rest.Config, m certificate.Manager) (*rest.Config
 	}
 	tlsConfig.Certificates = nil
 	tlsConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-		if cert := m.Current(); cert != nil {
+		if cert := current(); cert != nil {
 			return cert, nil
 		}
 		return &tls.Certificate{}, nil

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,5 +116,40 @@ func TestDirectoryNotWritable(t *testing.T) {
 	_, err := New(Config{NodeName: "n", Dir: filepath.Join(file, "n"), Bootstrap: bootstrap})
 	if err == nil || !strings.Contains(err.Error(), "certificate directory") {
 		t.Fatalf("New under a regular file: %v", err)
+	}
+}
+
+// TestStartsAgainAfterStop: a node that stops and boots again starts the
+// same ClientCertificate again, with a new manager (client-go's does not
+// run after its Stop) that reads the certificate from the directory, and
+// its clients present that manager's certificate.
+func TestStartsAgainAfterStop(t *testing.T) {
+	dir := t.TempDir()
+	writeCert(t, dir, "n1", time.Now().Add(time.Hour))
+	c, err := New(Config{NodeName: "n1", Dir: filepath.Join(dir, "n1"), Bootstrap: bootstrap, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	first := c.current()
+	c.Stop()
+	if c.Current() == nil {
+		t.Fatal("no certificate presented after Stop")
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatalf("Start after Stop: %v", err)
+	}
+	defer c.Stop()
+	if c.current() == first {
+		t.Fatal("started the stopped manager again")
+	}
+	got, err := c.RESTConfig().Transport.(*http.Transport).TLSClientConfig.GetClientCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Leaf == nil || got != c.current().Current() || got.Leaf.Subject.CommonName != "system:node:n1" {
+		t.Errorf("the clients present %v, want the new manager's certificate of n1", got.Leaf)
 	}
 }

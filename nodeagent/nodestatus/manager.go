@@ -87,8 +87,11 @@ func (m *Manager) SetKubeletPort(port int32) { m.cfg.Identity.KubeletPort = port
 // Register creates the Node as the kubelet's registerWithAPIServer does:
 // it waits 100 ms, tries, and waits twice as long before each retry, up to
 // 7 s, for as long as ctx lasts; a kubelet never gives up registering. A
-// Node that already exists is adopted, as a kubelet restarting on the same
-// machine does.
+// Node that already exists (the node rebooted, or its kubelet restarted)
+// is adopted as the kubelet's tryRegisterWithAPIServer adopts it: its
+// well-known labels and its attach-detach annotation are set back to the
+// agent's, and the rest, its status included, is left to the status
+// updates.
 func (m *Manager) Register(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	var lastErr error
@@ -103,13 +106,36 @@ func (m *Manager) Register(ctx context.Context) error {
 		m.refreshImages(ctx, now)
 		node.Status.Images = m.images
 		_, err := m.cfg.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-		if err == nil || apierrors.IsAlreadyExists(err) {
+		if apierrors.IsAlreadyExists(err) {
+			err = m.reconcileExisting(ctx, node)
+		}
+		if err == nil {
 			logger.V(2).Info("Successfully registered node")
 			return nil
 		}
 		lastErr = err
 		logger.V(2).Info("Unable to register node with API server", "err", err)
 	}
+}
+
+// reconcileExisting is the kubelet's handling of a Node that already
+// exists when it registers: what initial says of the attach-detach
+// annotation and of the kubelet's default labels is patched onto it if it
+// differs.
+func (m *Manager) reconcileExisting(ctx context.Context, initial *corev1.Node) error {
+	existing, err := m.cfg.Client.CoreV1().Nodes().Get(ctx, initial.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("getting node %s, which exists already: %w", initial.Name, err)
+	}
+	klog.FromContext(ctx).Info("Node was previously registered")
+	updated := existing.DeepCopy()
+	if !ReconcileExisting(initial, updated) {
+		return nil
+	}
+	if _, _, err := nodeutil.PatchNodeStatus(m.cfg.Client.CoreV1(), types.NodeName(initial.Name), existing, updated); err != nil {
+		return fmt.Errorf("reconciling node %s, which exists already: %w", initial.Name, err)
+	}
+	return nil
 }
 
 // The kubelet's registration back-off.

@@ -44,8 +44,8 @@ type Identity struct {
 	DeclaredFeatures []string
 }
 
-// RuntimeState is what the last CRI Status call said about the runtime
-// (FromCRIStatus), what the eviction manager says about the node's
+// RuntimeState is what the runtime's Status calls said about it
+// (RuntimeSync.State), what the eviction manager says about the node's
 // resources, and the runtime's images as the image cache last listed them.
 type RuntimeState struct {
 	Ready   bool
@@ -53,9 +53,10 @@ type RuntimeState struct {
 	// MemoryPressure, DiskPressure and PIDPressure are the eviction
 	// manager's node conditions.
 	MemoryPressure, DiskPressure, PIDPressure bool
-	// Runtime is set when the runtime said it is ready; otherwise the
-	// node keeps the handlers and features it reported last, as the
-	// kubelet keeps those of its last successful runtime sync.
+	// Runtime is what the runtime said of itself the last time it was
+	// ready, as the kubelet keeps the handlers and features of its last
+	// successful runtime sync; nil (never ready) keeps what the node
+	// reports.
 	Runtime *RuntimeInfo
 	// Images is status.images (ContainerImages). SetStatus stores the
 	// slice itself, so it must not be modified afterwards.
@@ -80,13 +81,69 @@ func InitialNode(id Identity, now time.Time) *corev1.Node {
 			Annotations: map[string]string{
 				// The attach-detach controller manages volumes, as on every kubelet
 				// since 1.x; without it kube-controller-manager logs about the node.
-				"volumes.kubernetes.io/controller-managed-attach-detach": "true",
+				controllerManagedAttach: "true",
 			},
 		},
 		Spec: corev1.NodeSpec{Taints: id.Taints},
 	}
-	SetStatus(node, id, RuntimeState{Ready: false, Message: "container runtime status check may not have completed yet"}, now)
+	SetStatus(node, id, RuntimeState{Ready: false, Message: errRuntimeNotSynced.Error()}, now)
 	return node
+}
+
+// controllerManagedAttach is the annotation by which a node leaves attaching
+// and detaching its volumes to the attach-detach controller.
+const controllerManagedAttach = "volumes.kubernetes.io/controller-managed-attach-detach"
+
+// ReconcileExisting changes existing, a Node found when registering, as the
+// kubelet's tryRegisterWithAPIServer does before it adopts it: the
+// attach-detach annotation and the default labels take initial's values
+// (a default label initial sets empty is removed). It reports whether
+// existing changed.
+func ReconcileExisting(initial, existing *corev1.Node) bool {
+	changed := false
+	if want, set := initial.Annotations[controllerManagedAttach]; existing.Annotations[controllerManagedAttach] != want {
+		changed = true
+		if !set {
+			delete(existing.Annotations, controllerManagedAttach)
+		} else {
+			if existing.Annotations == nil {
+				existing.Annotations = map[string]string{}
+			}
+			existing.Annotations[controllerManagedAttach] = want
+		}
+	}
+	if existing.Labels == nil {
+		existing.Labels = map[string]string{}
+	}
+	// The kubelet's default labels (its updateDefaultLabels).
+	defaultLabels := []string{
+		corev1.LabelHostname,
+		corev1.LabelTopologyZone,
+		corev1.LabelTopologyRegion,
+		corev1.LabelFailureDomainBetaZone,
+		corev1.LabelFailureDomainBetaRegion,
+		corev1.LabelInstanceTypeStable,
+		corev1.LabelInstanceType,
+		corev1.LabelOSStable,
+		corev1.LabelArchStable,
+		corev1.LabelWindowsBuild,
+		"beta.kubernetes.io/os",
+		"beta.kubernetes.io/arch",
+	}
+	for _, l := range defaultLabels {
+		want, ok := initial.Labels[l]
+		if !ok {
+			continue
+		}
+		if existing.Labels[l] != want {
+			existing.Labels[l] = want
+			changed = true
+		}
+		if existing.Labels[l] == "" {
+			delete(existing.Labels, l)
+		}
+	}
+	return changed
 }
 
 // SetStatus computes node.Status in place from the node's identity and its

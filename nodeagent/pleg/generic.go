@@ -2,6 +2,7 @@ package pleg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -141,7 +142,7 @@ func (g *Generic) Healthy() (bool, error) {
 	last := g.lastRelist
 	g.mu.Unlock()
 	if last.IsZero() {
-		return true, nil
+		return false, errors.New("pleg has yet to be successful")
 	}
 	if elapsed := g.clock.Since(last); elapsed > RelistThreshold {
 		return false, fmt.Errorf("pleg was last seen active %v ago; threshold is %v", elapsed, RelistThreshold)

@@ -2,10 +2,14 @@ package pleg
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/types"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -94,8 +98,8 @@ func TestRelistEmitsContainerTransitions(t *testing.T) {
 func TestHealthyTurnsFalseWhenRelistStalls(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	g := NewGeneric(fakeruntime.New(fakeruntime.Config{Clock: clk}), clk, RelistPeriod)
-	if ok, _ := g.Healthy(); !ok {
-		t.Fatal("unhealthy before the first relist")
+	if ok, err := g.Healthy(); ok || err == nil || err.Error() != "pleg has yet to be successful" {
+		t.Fatalf("before the first relist: healthy %v (%v), want the kubelet's %q", ok, err, "pleg has yet to be successful")
 	}
 	if err := g.Relist(context.Background()); err != nil {
 		t.Fatal(err)
@@ -104,10 +108,58 @@ func TestHealthyTurnsFalseWhenRelistStalls(t *testing.T) {
 	if ok, err := g.Healthy(); !ok {
 		t.Fatalf("unhealthy at exactly the threshold: %v", err)
 	}
-	clk.Step(time.Second)
-	if ok, err := g.Healthy(); ok || err == nil {
-		t.Fatal("still healthy after the relist threshold passed")
+	clk.Step(100 * time.Millisecond)
+	want := "pleg was last seen active 3m0.1s ago; threshold is 3m0s"
+	if ok, err := g.Healthy(); ok || err == nil || err.Error() != want {
+		t.Fatalf("past the relist threshold: healthy %v (%v), want the kubelet's %q", ok, err, want)
 	}
+}
+
+// TestFailedRelistsMakeThePLEGUnhealthy: relists that fail (the runtime
+// does not answer) leave the last good one as it was, so the PLEG turns
+// unhealthy past the threshold, and the first relist that succeeds makes
+// it healthy again.
+func TestFailedRelistsMakeThePLEGUnhealthy(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Now())
+	rt := &failingLists{RuntimeService: fakeruntime.New(fakeruntime.Config{Clock: clk})}
+	g := NewGeneric(rt, clk, RelistPeriod)
+	if err := g.Relist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rt.down.Store(true)
+	for range int(RelistThreshold/time.Second) + 1 {
+		clk.Step(time.Second)
+		if err := g.Relist(ctx); err == nil {
+			t.Fatal("a relist succeeded while the runtime's lists fail")
+		}
+	}
+	want := "pleg was last seen active 3m1s ago; threshold is 3m0s"
+	if ok, err := g.Healthy(); ok || err == nil || err.Error() != want {
+		t.Fatalf("after 3m1s of failed relists: healthy %v (%v), want %q", ok, err, want)
+	}
+	rt.down.Store(false)
+	clk.Step(time.Second)
+	if err := g.Relist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := g.Healthy(); !ok {
+		t.Fatalf("unhealthy after a relist succeeded: %v", err)
+	}
+}
+
+// failingLists fails the runtime's container lists while down is set, as
+// a runtime that stopped answering.
+type failingLists struct {
+	internalapi.RuntimeService
+	down atomic.Bool
+}
+
+func (f *failingLists) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	if f.down.Load() {
+		return nil, grpcstatus.Error(codes.Unavailable, "connection refused")
+	}
+	return f.RuntimeService.ListContainers(ctx, filter)
 }
 
 // TestWaitNewerThan is the kubelet's pod cache GetNewerThan: a wait ends

@@ -32,7 +32,8 @@ type Event struct {
 // PodLifecycleEventGenerator is what the agent's sync loop consumes.
 type PodLifecycleEventGenerator interface {
 	Watch() <-chan *Event
-	// Healthy reports false when relisting has stalled, which the kubelet
-	// turns into a NotReady node ("PLEG is not healthy").
+	// Healthy reports false until a relist has succeeded and once the last
+	// that did is older than the threshold, which the kubelet turns into a
+	// NotReady node ("PLEG is not healthy").
 	Healthy() (bool, error)
 }

@@ -108,7 +108,10 @@ type PodWorkers struct {
 
 	mu      sync.Mutex
 	workers map[types.UID]*worker
-	wg      sync.WaitGroup
+	// resume is set while the workers are stalled (Stall) and closed when
+	// they may go on.
+	resume chan struct{}
+	wg     sync.WaitGroup
 }
 
 // New returns PodWorkers, whose goroutines run from Start until its
@@ -251,6 +254,34 @@ func (p *PodWorkers) SyncAt(uid types.UID, at time.Time) {
 // Wait blocks until every worker goroutine has returned (after ctx ends).
 func (p *PodWorkers) Wait() { p.wg.Wait() }
 
+// Stall stops (true) or resumes (false) every worker, as a kubelet whose
+// pod workers hang on a call that never returns: while stalled, no worker
+// takes up an update, a retry or a resync, nor terminates or cleans up a
+// pod (a deletion is recorded, not carried out), and the updates that
+// arrive meanwhile are coalesced as they always are, so that on resume
+// each worker syncs the newest version of its pod. A sync already in
+// flight runs to its end; the next one waits. Stall may be called at any
+// time, also before Start; asking for the state the workers are in does
+// nothing.
+func (p *PodWorkers) Stall(stalled bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case stalled && p.resume == nil:
+		p.resume = make(chan struct{})
+	case !stalled && p.resume != nil:
+		close(p.resume)
+		p.resume = nil
+	}
+}
+
+// Stalled reports whether the workers are stalled.
+func (p *PodWorkers) Stalled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.resume != nil
+}
+
 func (p *PodWorkers) run(uid types.UID, w *worker) {
 	defer p.wg.Done()
 	defer close(w.finished)
@@ -265,6 +296,20 @@ func (p *PodWorkers) run(uid types.UID, w *worker) {
 		case <-w.wake:
 		}
 		p.mu.Lock()
+		// The gate of a stall, checked where the update is taken: no update
+		// is taken once Stall returned, and the worker takes the newest
+		// when it goes on.
+		if resume := p.resume; resume != nil {
+			p.mu.Unlock()
+			select {
+			case <-p.ctx.Done():
+				p.stopRetry(w)
+				return
+			case <-resume:
+			}
+			signal(w.wake)
+			continue
+		}
 		if !w.pending {
 			p.mu.Unlock()
 			continue

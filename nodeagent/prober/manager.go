@@ -182,6 +182,7 @@ func (m *Manager) ContainerStarted(pod *corev1.Pod, containerName, containerID s
 		if p.Exec != nil {
 			w.command = expandCommand(p.Exec.Command, c.Env)
 		}
+		w.slot = newSlot(w)
 		pe.workers[key] = w
 		ws := m.containers[containerID]
 		if ws == nil {
@@ -347,6 +348,7 @@ func (m *Manager) setLocked(w *worker, r Result) {
 // in the queue, if any, is dropped when due.
 func (m *Manager) retireLocked(w *worker) {
 	w.state = retired
+	w.slot.w.Store(nil)
 	delete(m.results[w.kind], w.containerID)
 	if ws := m.containers[w.containerID]; ws != nil && ws[w.kind] == w {
 		ws[w.kind] = nil

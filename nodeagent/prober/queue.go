@@ -29,7 +29,7 @@ type QueueConfig struct {
 // without one makes its own.
 type Queue struct {
 	clock clock.WithTickerAndDelayedExecution
-	q     *delayqueue.Queue[*worker]
+	q     *delayqueue.Queue[*slot]
 	// started guards Start; done is closed once the queue has stopped.
 	started atomic.Bool
 	done    chan struct{}
@@ -46,8 +46,8 @@ func NewQueue(cfg QueueConfig) *Queue {
 	}
 	return &Queue{
 		clock: cfg.Clock,
-		q: delayqueue.New(delayqueue.Config[*worker]{
-			Clock: cfg.Clock, Workers: cfg.Workers, Serve: serveWorker,
+		q: delayqueue.New(delayqueue.Config[*slot]{
+			Clock: cfg.Clock, Workers: cfg.Workers, Serve: serveSlot,
 		}),
 		done: make(chan struct{}),
 	}
@@ -78,4 +78,10 @@ func (q *Queue) Run(ctx context.Context) {
 	q.Wait()
 }
 
-func serveWorker(w *worker) { w.m.serve(w) }
+// serveSlot serves the worker in a slot that came due; an empty slot is
+// dropped.
+func serveSlot(s *slot) {
+	if w := s.w.Load(); w != nil {
+		w.m.serve(w)
+	}
+}

@@ -38,7 +38,7 @@ func (m *Manager) scheduleLocked(w *worker, at time.Time) {
 	case m.queue == nil:
 		m.backlog = append(m.backlog, w)
 	default:
-		m.queue.q.AddAt(w, at)
+		m.queue.q.AddAt(w.slot, at)
 	}
 }
 
@@ -76,7 +76,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.ctx, m.queue = ctx, q
 	for _, w := range m.backlog {
 		if w.state == scheduled {
-			q.q.AddAt(w, w.next)
+			q.q.AddAt(w.slot, w.next)
 		}
 	}
 	m.backlog = nil
@@ -84,6 +84,20 @@ func (m *Manager) Start(ctx context.Context) error {
 	context.AfterFunc(ctx, func() {
 		m.mu.Lock()
 		m.stopped = true
+		// A shared Queue outlives the Manager: what it holds of its
+		// workers must not keep them, nor the node, alive.
+		for _, ws := range m.containers {
+			for _, w := range ws {
+				if w != nil {
+					w.slot.w.Store(nil)
+				}
+			}
+		}
+		for _, pe := range m.pods {
+			for _, w := range pe.workers {
+				w.slot.w.Store(nil)
+			}
+		}
 		m.mu.Unlock()
 		m.wg.Wait()
 		if own {
@@ -122,7 +136,7 @@ func (m *Manager) serve(w *worker) {
 		return
 	}
 	if w.next.After(now) {
-		m.queue.q.AddAt(w, w.next)
+		m.queue.q.AddAt(w.slot, w.next)
 		m.mu.Unlock()
 		return
 	}

@@ -1,6 +1,7 @@
 package prober
 
 import (
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -160,6 +161,8 @@ type worker struct {
 	// command is the exec probe's command with the container's static
 	// environment expanded, computed once.
 	command []string
+	// slot is the worker's item in the Queue.
+	slot *slot
 
 	// Guarded by Manager.mu.
 	state   state
@@ -169,6 +172,19 @@ type worker struct {
 	// metrics are the worker's series of prober_probe_total and
 	// prober_probe_duration_seconds.
 	metrics probeMetrics
+}
+
+// A slot is what a Queue holds for a worker: the client-go queue it runs on
+// cannot take an item out, so a worker that will not run again (retired, or
+// its Manager stopped) empties its slot, and the queue keeps only the empty
+// slot until its time comes, not the worker, its pod and its Manager (with
+// a shared Queue, a stopped node's whole agent).
+type slot struct{ w atomic.Pointer[worker] }
+
+func newSlot(w *worker) *slot {
+	s := &slot{}
+	s.w.Store(w)
+	return s
 }
 
 func probeOf(c *corev1.Container, k Kind) *corev1.Probe {
