@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/fleetlet/fleetlet/fakeruntime"
 	"github.com/fleetlet/fleetlet/nodeagent"
 	"github.com/fleetlet/fleetlet/nodeagent/certificate"
 	"github.com/fleetlet/fleetlet/nodeagent/prober"
@@ -79,8 +80,19 @@ type Runtime struct {
 	Prober prober.NetworkRunner
 	// Logs reads the node's container logs for the kubelet API; nil reads
 	// the CRI log files a real runtime writes.
-	Logs  nodeagent.LogReader
-	Close func() error
+	Logs nodeagent.LogReader
+	// Faults sets the faults of a fake runtime and reboots it; nil for a
+	// real runtime, on which the fleet injects no runtime fault and boots
+	// no node again.
+	Faults RuntimeFaults
+	Close  func() error
+}
+
+// RuntimeFaults are the switches of a fake runtime (*fakeruntime.Runtime)
+// that faults throw.
+type RuntimeFaults interface {
+	SetFault(fakeruntime.Fault)
+	Reboot()
 }
 
 // Config describes a fleet.
@@ -156,10 +168,22 @@ type Member struct {
 	// CRI is the node's runtime service, to look at what its agent made
 	// there, as crictl does on a node.
 	CRI   internalapi.RuntimeService
-	agent *nodeagent.Agent
 	close func() error
 	// staticPods is its pool's static pod source, nil without one.
 	staticPods *staticpods.FileSource
+	pool       NodePool
+	rt         Runtime
+	// link is the node's network to the API server, which a partition
+	// cuts.
+	link *link
+
+	mu    sync.Mutex
+	agent *nodeagent.Agent
+	// power is the node's power state, which faults switch (faults.go).
+	power power
+	// runtimeFault is what is wrong with its runtime now, the sum of the
+	// runtime faults in place.
+	runtimeFault fakeruntime.Fault
 }
 
 // Fleet is a set of agents sharing one process.
@@ -321,6 +345,25 @@ func staticPodsOf(pool NodePool, clk clock.WithTicker) (*staticpods.FileSource, 
 }
 
 func (f *Fleet) newMember(pool NodePool, name string, ip net.IP, staticPods *staticpods.FileSource) (*Member, error) {
+	rt, err := f.cfg.NewRuntime(name)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: CRI endpoint for node %s: %w", name, err)
+	}
+	m := &Member{Name: name, IP: ip, Pool: pool.Name, CRI: rt.Runtime, close: rt.Close, staticPods: staticPods, pool: pool, rt: rt, link: &link{}}
+	if m.agent, err = f.newAgent(m); err != nil {
+		if rt.Close != nil {
+			_ = rt.Close()
+		}
+		return nil, err
+	}
+	return m, nil
+}
+
+// newAgent builds m's agent: its clients, its kube-proxy and its kubelet,
+// over its runtime. A node that boots again after a power cut gets a new
+// one, as a rebooted machine starts a new kubelet process.
+func (f *Fleet) newAgent(m *Member) (*nodeagent.Agent, error) {
+	pool, name, ip := m.pool, m.Name, m.IP
 	kc := nodeagent.DefaultKubeletConfiguration()
 	if pool.Kubelet != nil {
 		kc = pool.Kubelet.DeepCopy()
@@ -343,18 +386,16 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP, staticPods *sta
 	restCfg.QPS = float32(ptr.Deref(kc.KubeAPIQPS, 50))
 	restCfg.Burst = int(kc.KubeAPIBurst)
 	ownConnection(restCfg, "fleetlet/"+name, f.cfg.WrapTransport)
+	restCfg.Wrap(m.link.wrap)
 	clients, err := nodeagent.NewKubeletClients(restCfg, kc)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: API client for node %s: %w", name, err)
 	}
-	kubeProxy, err := f.kubeProxyOf(pool, name)
+	kubeProxy, err := f.kubeProxyOf(pool, name, m.link)
 	if err != nil {
 		return nil, err
 	}
-	rt, err := f.cfg.NewRuntime(name)
-	if err != nil {
-		return nil, fmt.Errorf("fleet: CRI endpoint for node %s: %w", name, err)
-	}
+	rt, staticPods := m.rt, m.staticPods
 	agentCfg := nodeagent.Config{
 		NodeName: name, NodeIP: ip, Capacity: pool.Capacity, Labels: withPoolLabel(pool), Taints: pool.Taints,
 		Kubelet: kc, Runtime: rt.Runtime, Images: rt.Images, NetworkProber: rt.Prober, Logs: rt.Logs,
@@ -367,14 +408,7 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP, staticPods *sta
 	if f.informers != nil {
 		agentCfg.Informers = f.informers
 	}
-	agent, err := nodeagent.New(agentCfg)
-	if err != nil {
-		if rt.Close != nil {
-			_ = rt.Close()
-		}
-		return nil, err
-	}
-	return &Member{Name: name, IP: ip, Pool: pool.Name, CRI: rt.Runtime, agent: agent, close: rt.Close, staticPods: staticPods}, nil
+	return nodeagent.New(agentCfg)
 }
 
 // ownConnection makes restCfg a node component's client: protobuf, watch
@@ -402,7 +436,7 @@ func ownConnection(restCfg *rest.Config, userAgent string, wrap transport.Wrappe
 // its own client, with kube-proxy's identity, its default client limits
 // (--kube-api-qps 5, --kube-api-burst 10) and a connection of its own, as a
 // kube-proxy pod beside the kubelet has.
-func (f *Fleet) kubeProxyOf(pool NodePool, name string) (*nodeagent.KubeProxyConfig, error) {
+func (f *Fleet) kubeProxyOf(pool NodePool, name string, l *link) (*nodeagent.KubeProxyConfig, error) {
 	if f.cfg.ProxyClientConfig == nil || (pool.KubeProxy != nil && pool.KubeProxy.Disabled) {
 		return nil, nil
 	}
@@ -413,6 +447,7 @@ func (f *Fleet) kubeProxyOf(pool NodePool, name string) (*nodeagent.KubeProxyCon
 	restCfg = rest.CopyConfig(restCfg)
 	restCfg.QPS, restCfg.Burst = 5, 10
 	ownConnection(restCfg, "fleetlet-kube-proxy/"+name, f.cfg.WrapProxyTransport)
+	restCfg.Wrap(l.wrap)
 	client, err := newProxyClient(restCfg)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: kube-proxy API client for node %s: %w", name, err)
@@ -504,11 +539,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 				return
 			case <-f.cfg.Clock.After(delay):
 			}
-			if metrics := f.cfg.Metrics; metrics != nil {
-				metrics.running.Inc()
-				defer metrics.running.Dec()
-			}
-			if err := m.agent.Run(ctx); err != nil {
+			if err := f.runMember(ctx, m); err != nil {
 				logger.Error(err, "Node agent failed", "node", m.Name)
 				mu.Lock()
 				errs = append(errs, err)
