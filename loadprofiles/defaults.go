@@ -89,6 +89,17 @@ func (p *Profile) Default() {
 		if c := ph.Churn; c != nil && c.Timeout.Duration == 0 {
 			c.Timeout.Duration = DefaultWaitTimeout
 		}
+		if f := ph.Fault; f != nil {
+			if f.Kind == FaultRegistryErrors && f.PullError == "" {
+				f.PullError = DefaultPullError
+			}
+			if f.Duration.Duration > 0 && f.ReadyTimeout.Duration == 0 {
+				f.ReadyTimeout.Duration = DefaultWaitTimeout
+			}
+		}
+		if h := ph.Heal; h != nil && h.Timeout.Duration == 0 {
+			h.Timeout.Duration = DefaultWaitTimeout
+		}
 		if s := ph.Services; s != nil {
 			if s.QPS == 0 {
 				s.QPS = DefaultQPS
@@ -147,6 +158,12 @@ func explicitZeros(p *Profile, tree any) field.ErrorList {
 		}
 		if c := ph.Churn; c != nil && c.Timeout.Duration == 0 && set(asMapping(written["churn"]), "timeout") {
 			zero(pp.Child("churn", "timeout"), c.Timeout.Duration.String(), DefaultWaitTimeout.String())
+		}
+		if f := ph.Fault; f != nil && f.ReadyTimeout.Duration == 0 && set(asMapping(written["fault"]), "readyTimeout") {
+			zero(pp.Child("fault", "readyTimeout"), f.ReadyTimeout.Duration.String(), DefaultWaitTimeout.String())
+		}
+		if h := ph.Heal; h != nil && h.Timeout.Duration == 0 && set(asMapping(written["heal"]), "timeout") {
+			zero(pp.Child("heal", "timeout"), h.Timeout.Duration.String(), DefaultWaitTimeout.String())
 		}
 		if s := ph.Services; s != nil {
 			w, sp := asMapping(written["services"]), pp.Child("services")

@@ -63,6 +63,9 @@ type Driver struct {
 	// Workloads, if set, is called after each waitRunning that waited for
 	// objects, with how long each converged object took, by kind.
 	Workloads func(phase string, times WorkloadTimes)
+	// Faults fails and heals the fleet's nodes; required by profiles with
+	// fault phases.
+	Faults FaultInjector
 }
 
 // Progress is a snapshot of a run. Counts are over the pods the run created.
@@ -107,6 +110,7 @@ type run struct {
 	pods      *tracker
 	services  serviceLedger
 	objects   *objectLedger
+	faults    faultLedger
 	// watchAll says the pod watch covers every namespace: the profile
 	// spreads objects over namespaces of their own.
 	watchAll bool
@@ -163,6 +167,16 @@ func (d *Driver) Run(ctx context.Context, p *Profile) (err error) {
 		// returned.
 		if cleanupErr := r.deleteServices(ctx); cleanupErr != nil && err == nil {
 			err = cleanupErr
+		}
+	}()
+	defer func() {
+		// Faults the profile left in place end with the run, first: a
+		// fleet left partitioned or powered off fails whatever runs next.
+		if healErr := r.healAll(ctx); healErr != nil {
+			logger.Error(healErr, "Load run: could not end every fault it started")
+			if err == nil {
+				err = healErr
+			}
 		}
 	}()
 
@@ -239,6 +253,10 @@ func (r *run) runPhase(ctx context.Context, ph *Phase) error {
 		return r.churn(ctx, ph.Name, ph.Churn)
 	case ph.Services != nil:
 		return r.createServices(ctx, ph.Name, ph.Services)
+	case ph.Fault != nil:
+		return r.fault(ctx, ph.Name, ph.Fault)
+	case ph.Heal != nil:
+		return r.healFault(ctx, ph.Name, ph.Heal.Phase, ph.Heal.Timeout.Duration)
 	}
 	return errors.New("phase has no action") // Validate rejects this first
 }

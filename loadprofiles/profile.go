@@ -230,6 +230,10 @@ type Phase struct {
 	// Services is the one action that makes no pods: it puts ClusterIP
 	// Services in front of pods the run makes.
 	Services *ServicesPhase `json:"services,omitempty"`
+	// Fault fails some of the fleet's nodes; Heal ends a fault an earlier
+	// fault phase left in place.
+	Fault *FaultPhase `json:"fault,omitempty"`
+	Heal  *HealPhase  `json:"heal,omitempty"`
 }
 
 // CreatePhase creates Count pods from Template, or Count objects of any kind
@@ -427,6 +431,12 @@ func (ph *Phase) actions() []string {
 	}
 	if ph.Services != nil {
 		names = append(names, "services")
+	}
+	if ph.Fault != nil {
+		names = append(names, "fault")
+	}
+	if ph.Heal != nil {
+		names = append(names, "heal")
 	}
 	return names
 }

@@ -171,7 +171,7 @@ func TestParseErrors(t *testing.T) {
 	}, {
 		name: "no action in a phase",
 		old:  "  - delete: {}", new: "  - name: nothing",
-		want: `profile test.yaml: phases[2]: Required value: a phase needs one action: create, scale, update, waitRunning, delete, waitGone, sleep, churn or services`,
+		want: `profile test.yaml: phases[2]: Required value: a phase needs one action: create, scale, update, waitRunning, delete, waitGone, sleep, churn, services, fault or heal`,
 	}, {
 		name: "unknown field in a churn",
 		old:  "lifetime: 10s", new: "lifetme: 10s",
@@ -312,7 +312,7 @@ func TestValidateReportsEveryProblemOnItsOwnLine(t *testing.T) {
 }
 
 func TestBuiltins(t *testing.T) {
-	if got, want := strings.Join(BuiltinNames(), ","), "churn,density,density-1k,eviction-storm,heartbeat,lifecycle,load,quickstart,scheduler-throughput,services,smoke,soak,sweep"; got != want {
+	if got, want := strings.Join(BuiltinNames(), ","), "churn,density,density-1k,eviction-storm,flaky-registry,heartbeat,lifecycle,load,quickstart,scheduler-throughput,services,smoke,soak,sweep,zone-outage"; got != want {
 		t.Fatalf("BuiltinNames = %s, want %s", got, want)
 	}
 	for _, name := range BuiltinNames() {
@@ -448,7 +448,7 @@ func TestBuiltinShapes(t *testing.T) {
 
 func TestLoadUnknownName(t *testing.T) {
 	_, err := Load("nosuch")
-	want := `unknown profile "nosuch": the built-in profiles are churn, density, density-1k, eviction-storm, heartbeat, lifecycle, load, quickstart, scheduler-throughput, services, smoke, soak, sweep; a path to a YAML profile works too`
+	want := `unknown profile "nosuch": the built-in profiles are churn, density, density-1k, eviction-storm, flaky-registry, heartbeat, lifecycle, load, quickstart, scheduler-throughput, services, smoke, soak, sweep, zone-outage; a path to a YAML profile works too`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load(nosuch) error:\n got: %v\nwant: %s", err, want)
 	}

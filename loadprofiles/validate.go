@@ -76,7 +76,11 @@ func (p *Profile) Validate() error {
 	}
 	for i := range p.Phases {
 		errs = append(errs, validatePhase(&p.Phases[i], phasesPath.Index(i))...)
+		if f := p.Phases[i].Fault; f != nil {
+			errs = append(errs, validateFault(f, p.NodePools, phasesPath.Index(i))...)
+		}
 	}
+	errs = append(errs, faultReferences(p.Phases, phasesPath)...)
 	errs = append(errs, uniqueServiceNames(p.Phases, phasesPath)...)
 	errs = append(errs, objectPhaseReferences(p.Phases, phasesPath)...)
 	errs = append(errs, podStartupScope(p, field.NewPath("slos", "podStartupPhases"))...)
@@ -247,7 +251,7 @@ func validatePhase(ph *Phase, path *field.Path) field.ErrorList {
 	actions := ph.actions()
 	switch len(actions) {
 	case 0:
-		return append(errs, field.Required(path, "a phase needs one action: create, scale, update, waitRunning, delete, waitGone, sleep, churn or services"))
+		return append(errs, field.Required(path, "a phase needs one action: create, scale, update, waitRunning, delete, waitGone, sleep, churn, services, fault or heal"))
 	case 1:
 	default:
 		for _, extra := range actions[1:] {

@@ -193,12 +193,18 @@ type profileRun struct {
 	// readiness watches the fleet's Nodes for what an outage cost; nil
 	// until the fleet runs.
 	readiness *nodeReadiness
+	// faults injects the profile's faults and keeps what they cost; nil
+	// without fault phases.
+	faults *faultInjector
 }
 
 // Close stops what the run watches, then the session.
 func (r *profileRun) Close() error {
 	if r.readiness != nil {
 		r.readiness.close()
+	}
+	if r.faults != nil {
+		r.faults.close()
 	}
 	return r.session.Close()
 }
@@ -231,6 +237,9 @@ func startRun(ctx context.Context, opts sessionOptions) (*profileRun, error) {
 		r.objects, err = objs, errors.Join(err, oerr)
 		if cerr == nil && r.fleetRunning() {
 			r.readiness = watchReadiness(ctx, client, r.fleet.NodeNames())
+			if hasFaults(opts.Profile) {
+				r.faults = newFaultInjector(ctx, r.fleet, client, r.cluster.cp != nil)
+			}
 		}
 	}
 	return r, err
@@ -257,7 +266,20 @@ func (r *profileRun) drive(ctx context.Context) error {
 		Client: r.client, Objects: r.objects, Recorder: r.collector, Progress: progressPrinter(),
 		Workloads: r.workloads.add,
 	}
+	if r.faults != nil {
+		d.Faults = r.faults
+	}
 	return d.Run(ctx, r.profile)
+}
+
+// hasFaults says whether p has fault phases.
+func hasFaults(p *loadprofiles.Profile) bool {
+	for _, ph := range p.Phases {
+		if ph.Fault != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // driverConfig is the load driver's client: the admin credentials, with a
@@ -319,6 +341,9 @@ func (s *profileRun) report(metrics *reports.Metrics, runErr error) *reports.Rep
 	hb := reports.Heartbeat(s.lateness, rep.API, s.counter.OpenWatches(), rep.WallSeconds)
 	rep.Heartbeat = &hb
 	rep.Outages = outages(context.Background(), s.counter, s.readiness, s.client, finished)
+	if s.faults != nil {
+		rep.Faults = s.faults.reports(finished)
+	}
 	rep.EvaluateSLOs(s.profile.SLOs)
 	for _, err := range s.scrapeErrs {
 		rep.Errors = append(rep.Errors, "control plane metrics: "+err.Error())

@@ -192,7 +192,7 @@ func runtimeFactory(ctx context.Context, mode, socketDir string, b fakeruntime.B
 		return func(string) (fleet.Runtime, error) {
 			rt := fakeruntime.New(fakeruntime.Config{Behaviour: b})
 			m := inProcModel{rt}
-			return fleet.Runtime{Runtime: rt, Images: rt, Prober: fakeProber{m}, Logs: fakeLogs(m)}, nil
+			return fleet.Runtime{Runtime: rt, Images: rt, Prober: fakeProber{m}, Logs: fakeLogs(m), Faults: rt}, nil
 		}, func() {}, nil
 	case criFakeSocket:
 		// Unix socket paths are limited to 108 bytes, so the sockets live in a
@@ -240,7 +240,7 @@ func serveFakeSocket(ctx context.Context, socket string, b fakeruntime.Behaviour
 		return fail(err)
 	}
 	m := inProcModel{rt}
-	return fleet.Runtime{Runtime: runtimeService, Images: imageService, Prober: fakeProber{m}, Logs: fakeLogs(m), Close: func() error {
+	return fleet.Runtime{Runtime: runtimeService, Images: imageService, Prober: fakeProber{m}, Logs: fakeLogs(m), Faults: rt, Close: func() error {
 		_ = runtimeService.Close(context.Background())
 		_ = imageService.Close(context.Background())
 		cancel()
