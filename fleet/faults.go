@@ -1,15 +1,15 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"sync"
-	"syscall"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -22,25 +22,66 @@ import (
 // the fleet only switches.
 
 // link is a node's network to the API server, shared by its kubelet and
-// its kube-proxy. Cut, it refuses every request before it leaves, as a
-// node with no route to the API server fails to connect, and it breaks
-// the responses being read (watches, mostly), as the connections under them
-// break; restored, requests go out again and the clients reconnect with
-// their own back-off.
+// its kube-proxy. Cut, it drops everything as a partitioned network does,
+// without a word back: a new request waits, as a dial whose SYNs go
+// unanswered, until the link is restored (it then goes out) or its
+// context ends or the dialer's timeout passes (dial tcp: i/o timeout); a
+// response or watch being read gets nothing more until the link is
+// restored, when what the server sent meanwhile arrives as TCP would
+// deliver it, unless the cut outlasts HTTP/2's health check, which then
+// finds the connection dead and fails it (http2: client connection lost).
+// The clients then retry with their own back-off, and it matters how fast
+// their attempts fail: failing them at once, as "network unreachable"
+// would, drives client-go's reflector back-off to its 30 s cap within a
+// minute, and a node would take as long to be Ready after the cut.
 //
 // It is a RoundTripper rather than a dialer: a node's transport is either
 // its own connection or its client certificate's rotating one, and both
 // take a wrapper, where only the first takes a dial function.
 type link struct {
+	// dialTimeout and connTimeout, when set, replace partitionDialTimeout
+	// and partitionConnTimeout (tests).
+	dialTimeout, connTimeout time.Duration
+
 	mu  sync.Mutex
 	cut bool
-	// open are the bodies of responses being read, closed by a cut.
+	// restored is closed when the current cut ends; dead when it has
+	// outlasted connTimeout, and the connections are found dead.
+	restored, dead chan struct{}
+	// cutAt is when the current cut began.
+	cutAt time.Time
+	// open are the bodies of responses being read: a cut outlasting the
+	// connection timeout breaks them.
 	open map[*linkBody]struct{}
+	// kill breaks the open bodies once the cut outlasts connTimeout.
+	kill *time.Timer
 }
 
-// errNoRoute is what a partitioned node's requests fail with: the error a
-// dial returns when the node has no route to the API server.
-var errNoRoute = &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ENETUNREACH)}
+const (
+	// partitionDialTimeout is how long a request waits on a cut link
+	// before it fails as a dial that timed out: the agents' dialer timeout.
+	partitionDialTimeout = 30 * time.Second
+	// partitionConnTimeout is how long an open connection survives a cut:
+	// client-go's HTTP/2 health check pings a connection idle for 30 s
+	// (ReadIdleTimeout) and gives up 15 s later (PingTimeout).
+	partitionConnTimeout = 45 * time.Second
+)
+
+var (
+	// errDialTimeout is what a request that waited out the dial timeout on
+	// a cut link fails with.
+	errDialTimeout = &net.OpError{Op: "dial", Net: "tcp", Err: timeoutError{}}
+	// errConnLost is what a read fails with once the health check has
+	// found a connection dead: golang.org/x/net/http2's error.
+	errConnLost = errors.New("http2: client connection lost")
+)
+
+// timeoutError is a net.Error that timed out, as a dial's.
+type timeoutError struct{}
+
+func (timeoutError) Error() string   { return "i/o timeout" }
+func (timeoutError) Timeout() bool   { return true }
+func (timeoutError) Temporary() bool { return true }
 
 func (l *link) wrap(rt http.RoundTripper) http.RoundTripper {
 	return linkRoundTripper{link: l, next: rt}
@@ -49,24 +90,48 @@ func (l *link) wrap(rt http.RoundTripper) http.RoundTripper {
 // setCut cuts or restores the link.
 func (l *link) setCut(cut bool) {
 	l.mu.Lock()
-	l.cut = cut
-	var open []*linkBody
-	if cut {
-		for b := range l.open {
-			open = append(open, b)
-		}
-		clear(l.open)
+	defer l.mu.Unlock()
+	if cut == l.cut {
+		return
 	}
+	l.cut = cut
+	if cut {
+		l.restored, l.dead, l.cutAt = make(chan struct{}), make(chan struct{}), time.Now()
+		l.kill = time.AfterFunc(cmp.Or(l.connTimeout, partitionConnTimeout), l.breakOpen)
+		return
+	}
+	l.kill.Stop()
+	close(l.restored)
+}
+
+// breakOpen fails every open body, if the link is still cut.
+func (l *link) breakOpen() {
+	l.mu.Lock()
+	if !l.cut {
+		l.mu.Unlock()
+		return
+	}
+	close(l.dead)
+	open := make([]*linkBody, 0, len(l.open))
+	for b := range l.open {
+		open = append(open, b)
+	}
+	clear(l.open)
 	l.mu.Unlock()
 	for _, b := range open {
 		b.breakOff()
 	}
 }
 
-func (l *link) isCut() bool {
+// state is the current cut's channels (see link), nil when the link is
+// up.
+func (l *link) state() (restored, dead <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.cut
+	if !l.cut {
+		return nil, nil
+	}
+	return l.restored, l.dead
 }
 
 type linkRoundTripper struct {
@@ -75,25 +140,38 @@ type linkRoundTripper struct {
 }
 
 func (t linkRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	if t.link.isCut() {
-		if req.Body != nil {
-			_ = req.Body.Close() // a RoundTripper must close it, even on error
+	if restored, _ := t.link.state(); restored != nil {
+		start := time.Now()
+		timer := time.NewTimer(cmp.Or(t.link.dialTimeout, partitionDialTimeout))
+		defer timer.Stop()
+		select {
+		case <-restored:
+			// It goes out at its next SYN, not the moment the network is
+			// back.
+			if err := sendAfter(req.Context(), timer.C, retransmitAfter(time.Since(start), synRTO)); err != nil {
+				closeBody(req)
+				return nil, err
+			}
+		case <-req.Context().Done():
+			closeBody(req)
+			return nil, req.Context().Err()
+		case <-timer.C:
+			closeBody(req)
+			return nil, errDialTimeout
 		}
-		return nil, errNoRoute
 	}
 	resp, err := t.next.RoundTrip(req)
 	if err != nil || resp.Body == nil {
 		return resp, err
 	}
 	b := &linkBody{ReadCloser: resp.Body, link: t.link}
+	// An answer that arrives during a cut is held with the rest.
+	if err := b.hold(req.Context().Done()); err != nil {
+		_ = resp.Body.Close()
+		return nil, err
+	}
 	l := t.link
 	l.mu.Lock()
-	if l.cut {
-		// Cut while the request was out: its answer is lost with it.
-		l.mu.Unlock()
-		_ = resp.Body.Close()
-		return nil, errNoRoute
-	}
 	if l.open == nil {
 		l.open = map[*linkBody]struct{}{}
 	}
@@ -103,8 +181,17 @@ func (t linkRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// linkBody is a response body a cut breaks: its reads then fail as the
-// read of a connection that was reset.
+// closeBody closes a request's body, as a RoundTripper must even when it
+// fails.
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+// linkBody is a response body on a link: what it reads during a cut is
+// held until the link is restored, and a cut outlasting the connection
+// timeout breaks it.
 type linkBody struct {
 	io.ReadCloser
 	link *link
@@ -113,15 +200,86 @@ type linkBody struct {
 	broken bool
 }
 
+// hold waits while the link is cut: until it is restored (nil), the
+// connection is found dead (errConnLost), or done is closed.
+func (b *linkBody) hold(done <-chan struct{}) error {
+	for {
+		restored, dead := b.link.state()
+		if restored == nil {
+			return nil
+		}
+		l := b.link
+		l.mu.Lock()
+		cutAt := l.cutAt
+		l.mu.Unlock()
+		select {
+		case <-restored:
+			// What was sent arrives with TCP's next retransmission.
+			t := time.NewTimer(retransmitAfter(time.Since(cutAt), dataRTO))
+			select {
+			case <-t.C:
+			case <-done:
+				t.Stop()
+				return context.Canceled
+			}
+		case <-dead:
+			return errConnLost
+		case <-done:
+			return context.Canceled
+		}
+	}
+}
+
+// TCP's first retransmission timeouts, which double at each retry: 1 s for
+// a SYN (RFC 6298's initial RTO, Linux's), 200 ms for data (Linux's
+// TCP_RTO_MIN, on a path as short as loopback).
+const (
+	synRTO  = time.Second
+	dataRTO = 200 * time.Millisecond
+)
+
+// retransmitAfter is how long after elapsed (the time since the first
+// send) TCP sends again, the timeout starting at rto and doubling: what
+// was waiting when a network came back goes out then, up to 16 s later
+// for a dial, not at once.
+func retransmitAfter(elapsed, rto time.Duration) time.Duration {
+	at := rto
+	for at < elapsed {
+		rto *= 2
+		at += rto
+	}
+	return at - elapsed
+}
+
+// sendAfter waits d, unless ctx ends or timeout fires first (errDialTimeout).
+func sendAfter(ctx context.Context, timeout <-chan time.Time, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-timeout:
+		return errDialTimeout
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (b *linkBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.mu.Lock()
 	broken := b.broken
 	b.mu.Unlock()
 	if broken {
-		return 0, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+		return 0, errConnLost
 	}
-	return n, err
+	if err != nil || n == 0 {
+		return n, err
+	}
+	if err := b.hold(nil); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 // breakOff fails the body's reads from now on and closes it, which ends a

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,67 +18,113 @@ import (
 	"github.com/fleetlet/fleetlet/internal/testutil"
 )
 
-// TestLinkCut: a cut link refuses requests with the dial error of a node
-// without a route, breaks the response being read (a watch), and passes
-// requests again once restored.
+// TestLinkCut: a cut link drops everything as a partitioned network does:
+// a request waits, and goes out when the link is restored or fails as a
+// dial timeout; what a watch is sent during the cut arrives when the link
+// is restored; a cut outlasting the connection timeout fails the watch as
+// a dead connection.
 func TestLinkCut(t *testing.T) {
-	streaming := make(chan struct{})
+	send := make(chan string)
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/watch" {
 			w.WriteHeader(http.StatusOK)
 			w.(http.Flusher).Flush()
-			close(streaming)
-			<-r.Context().Done()
-			return
+			for {
+				select {
+				case <-r.Context().Done():
+					return
+				case msg := <-send:
+					_, _ = io.WriteString(w, msg)
+					w.(http.Flusher).Flush()
+				}
+			}
 		}
 		_, _ = io.WriteString(w, "ok")
 	}))
 	defer server.Close()
-	l := &link{}
+	l := &link{dialTimeout: 300 * time.Millisecond, connTimeout: time.Hour}
 	client := &http.Client{Transport: l.wrap(server.Client().Transport)}
 	get := func(path string) (*http.Response, error) { return client.Get(server.URL + path) }
-
-	resp, err := get("/")
-	if err != nil {
-		t.Fatalf("before the cut: %v", err)
+	ok := func(what string) {
+		t.Helper()
+		resp, err := get("/")
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		_ = resp.Body.Close()
 	}
-	_ = resp.Body.Close()
+	ok("before the cut")
+
 	watch, err := get("/watch")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer watch.Body.Close()
-	<-streaming
-	read := make(chan error, 1)
-	go func() {
-		_, err := watch.Body.Read(make([]byte, 1))
-		read <- err
-	}()
+	read := make(chan string, 1)
+	readNext := func() {
+		go func() {
+			b := make([]byte, 16)
+			n, err := watch.Body.Read(b)
+			if err != nil {
+				read <- "error: " + err.Error()
+				return
+			}
+			read <- string(b[:n])
+		}()
+	}
 
+	// A request waits out the dial timeout and fails as a dial that timed out.
 	l.setCut(true)
-	select {
-	case err := <-read:
-		if !errors.Is(err, syscall.ECONNRESET) {
-			t.Errorf("the watch's read failed with %v, want a connection reset", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("the watch's read was still blocked a minute after the cut")
+	_, err = get("/")
+	var netErr net.Error
+	if !errors.As(err, &netErr) || !netErr.Timeout() {
+		t.Errorf("a request during the cut failed with %v, want a dial timeout", err)
 	}
-	if _, err := get("/"); !errors.Is(err, syscall.ENETUNREACH) {
-		t.Errorf("a request during the cut failed with %v, want network unreachable", err)
+	// A request that is still waiting when the link is restored goes out.
+	l.dialTimeout = time.Hour
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := get("/")
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		answered <- err
+	}()
+	// The watch is sent an event during the cut: it is held.
+	readNext()
+	send <- "event-1"
+	select {
+	case got := <-read:
+		t.Fatalf("the watch read %q during the cut", got)
+	case err := <-answered:
+		t.Fatalf("a request was answered during the cut (%v)", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	l.setCut(false)
+	if err := <-answered; err != nil {
+		t.Errorf("the request that waited through the cut: %v", err)
+	}
+	if got := <-read; got != "event-1" {
+		t.Errorf("after the cut the watch read %q, want the event sent during it", got)
 	}
 
-	l.setCut(false)
-	resp, err = get("/")
-	if err != nil {
-		t.Fatalf("after the cut: %v", err)
+	// A cut that outlasts the connection timeout kills the watch for good.
+	l.connTimeout = 200 * time.Millisecond
+	readNext()
+	l.setCut(true)
+	if got := <-read; got != "error: "+errConnLost.Error() {
+		t.Errorf("the watch read %q when the cut outlasted the connection timeout, want the connection lost", got)
 	}
-	_ = resp.Body.Close()
+	l.setCut(false)
+	if _, err := watch.Body.Read(make([]byte, 1)); !errors.Is(err, errConnLost) {
+		t.Errorf("a dead connection read %v after the cut, want it still lost", err)
+	}
+	ok("after the cut")
 	l.mu.Lock()
 	open := len(l.open)
 	l.mu.Unlock()
 	if open != 0 {
-		t.Errorf("%d bodies still tracked after every response was closed", open)
+		t.Errorf("%d bodies still tracked after every response was closed or broken", open)
 	}
 }
 
@@ -230,5 +276,20 @@ func TestRuntimeFaultsAddUp(t *testing.T) {
 	defer stopUnstarted(real.probes)
 	if err := real.UpdateRuntimeFault(real.NodeNames()[0], func(*fakeruntime.Fault) {}); !errors.Is(err, errNoRuntimeFaults) {
 		t.Errorf("a runtime fault on a runtime without switches: %v, want errNoRuntimeFaults", err)
+	}
+}
+
+func TestRetransmitAfter(t *testing.T) {
+	for _, tc := range []struct{ elapsed, want time.Duration }{
+		{0, time.Second}, // the first retransmission, 1 s in
+		{500 * time.Millisecond, 500 * time.Millisecond},
+		{time.Second, 0},
+		{2 * time.Second, time.Second},       // at 3 s
+		{10 * time.Second, 5 * time.Second},  // at 15 s
+		{20 * time.Second, 11 * time.Second}, // at 31 s
+	} {
+		if got := retransmitAfter(tc.elapsed, synRTO); got != tc.want {
+			t.Errorf("retransmitAfter(%v) = %v, want %v", tc.elapsed, got, tc.want)
+		}
 	}
 }
