@@ -500,8 +500,11 @@ func (w *faultWatch) cost(rec *injectedFault, now time.Time) reports.Fault {
 		if at, ok := rec.restartsAtStart[uid]; ok {
 			out.ContainerRestarts += int(max(0, p.restarts-at))
 		}
+		// Bound while the fault lasted and not Running before its end (nor
+		// gone before it: deleted while the fault lasted).
 		if p.firstSeen.After(rec.start) && (end.IsZero() || p.firstSeen.Before(end)) &&
-			(p.running.IsZero() || (!end.IsZero() && p.running.After(end))) && p.goneAt.IsZero() {
+			(p.running.IsZero() || (!end.IsZero() && p.running.After(end))) &&
+			(p.goneAt.IsZero() || (!end.IsZero() && p.goneAt.After(end))) {
 			stuck++
 		}
 	}

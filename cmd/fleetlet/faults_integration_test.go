@@ -19,6 +19,9 @@ import (
 // the controller's 55 % unhealthy threshold: above it, in a zone of fewer
 // than 50 nodes, the controller stops tainting altogether.
 const faultsProfile = `name: faults
+# The stalled node's pods wait 20 s: the pod startup SLO judges the pods
+# made before the faults.
+slos: {podStartupPhases: [app, bare]}
 nodePools:
   - {name: pool, count: 12}
   - {name: stall, count: 1}

@@ -78,6 +78,8 @@ func TestFaultCostOfAStall(t *testing.T) {
 	for i, uid := range []types.UID{"a", "b"} {
 		w.pods[uid] = &podSeen{node: "s", phase: corev1.PodRunning, firstSeen: t0.Add(time.Duration(i+1) * time.Second), running: t0.Add(25 * time.Second)}
 	}
+	// Deleted after the stall, as a run's last phases delete pods.
+	w.pods["b"].goneAt = t0.Add(40 * time.Second)
 	w.pods["c"] = &podSeen{node: "s", firstSeen: t0.Add(-time.Minute), running: t0.Add(-50 * time.Second)}
 	rec := &injectedFault{
 		fault: loadprofiles.Fault{Phase: "stall", Spec: &loadprofiles.FaultPhase{Kind: loadprofiles.FaultSyncLoopStall}, Nodes: []string{"s"}},
