@@ -181,6 +181,11 @@ func (t linkRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// WrappedRoundTripper lets client-go reach the transport under the link:
+// a kubelet closes its idle connections after failed heartbeats through
+// it.
+func (t linkRoundTripper) WrappedRoundTripper() http.RoundTripper { return t.next }
+
 // closeBody closes a request's body, as a RoundTripper must even when it
 // fails.
 func closeBody(req *http.Request) {

@@ -123,6 +123,14 @@ func (l *LeaseLateness) renewed(lease string, sent, at time.Time) {
 	l.last[lease] = at
 }
 
+// Forget drops the last renewal of lease, so that its next renewal starts
+// afresh: a node that was powered off did not renew late, it was off.
+func (l *LeaseLateness) Forget(lease string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.last, lease)
+}
+
 // Restart forgets the lateness recorded so far, keeping each node's last
 // renewal so that the next one is measured from it: a window that starts
 // once a fleet has registered then excludes the registration storm.

@@ -139,3 +139,32 @@ func TestMergeHeartbeats(t *testing.T) {
 		t.Errorf("merged write latencies: %d, want 200", m.LeaseWriteLatency.Count)
 	}
 }
+
+// TestLeaseLatenessForget: a node powered off for 6 minutes and booted
+// again is forgotten at the boot: its first renewal after it is not 6
+// minutes late.
+func TestLeaseLatenessForget(t *testing.T) {
+	now := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	server := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer server.Close()
+	l := NewLeaseLateness(10 * time.Second)
+	l.now = func() time.Time { return now }
+	rt := l.Wrap(http.DefaultTransport)
+	put := func(after time.Duration) {
+		now = now.Add(after)
+		req, _ := http.NewRequest(http.MethodPut, server.URL+leasePathPrefix+"n1", nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	put(0)
+	put(10 * time.Second)
+	l.Forget("n1")
+	put(6 * time.Minute)
+	put(10 * time.Second)
+	if st := Heartbeat(l, nil, 0, 60); st.Lateness.Count != 2 || st.Lateness.MaxMs > 1 {
+		t.Errorf("lateness %+v, want 2 renewals on time: the power cut forgotten", st.Lateness)
+	}
+}

@@ -34,6 +34,9 @@ type faultInjector struct {
 	// controller-manager runs with the upstream eviction rates.
 	ours  bool
 	watch *faultWatch
+	// booting, if set, is told of each node about to boot after a power
+	// cut: the heartbeat report must not count the cut as a late renewal.
+	booting func(node string)
 
 	mu     sync.Mutex
 	faults []*injectedFault
@@ -58,8 +61,8 @@ const (
 )
 
 // newFaultInjector starts watching the Nodes and pods; stop it with close.
-func newFaultInjector(ctx context.Context, f *fleet.Fleet, client kubernetes.Interface, ours bool) *faultInjector {
-	return &faultInjector{fleet: f, client: client, ours: ours, watch: startFaultWatch(ctx, client, f.NodeNames())}
+func newFaultInjector(ctx context.Context, f *fleet.Fleet, client kubernetes.Interface, ours bool, booting func(node string)) *faultInjector {
+	return &faultInjector{fleet: f, client: client, ours: ours, booting: booting, watch: startFaultWatch(ctx, client, f.NodeNames())}
 }
 
 func (in *faultInjector) close() { in.watch.stop() }
@@ -129,6 +132,9 @@ func (in *faultInjector) Heal(ctx context.Context, f loadprofiles.Fault) error {
 		case loadprofiles.FaultPartition:
 			return in.fleet.Partition(node, false)
 		case loadprofiles.FaultNodeDown:
+			if in.booting != nil {
+				in.booting(node)
+			}
 			return in.fleet.PowerOn(node)
 		case loadprofiles.FaultSyncLoopStall:
 			return in.fleet.StallPodWorkers(node, false)

@@ -238,7 +238,7 @@ func startRun(ctx context.Context, opts sessionOptions) (*profileRun, error) {
 		if cerr == nil && r.fleetRunning() {
 			r.readiness = watchReadiness(ctx, client, r.fleet.NodeNames())
 			if hasFaults(opts.Profile) {
-				r.faults = newFaultInjector(ctx, r.fleet, client, r.cluster.cp != nil)
+				r.faults = newFaultInjector(ctx, r.fleet, client, r.cluster.cp != nil, r.lateness.Forget)
 			}
 		}
 	}
