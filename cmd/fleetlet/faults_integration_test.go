@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/fleetlet/fleetlet/reports"
 )
 
 // faultsProfile partitions 5 of 12 nodes for 70 s, past the node lifecycle
@@ -86,21 +84,7 @@ phases:
 func TestFaultPartitionAndStall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	profilePath := filepath.Join(dir, "faults.yaml")
-	if err := os.WriteFile(profilePath, []byte(faultsProfile), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	v := testSettings(t, criInProc)
-	v.Set("profile", profilePath)
-	v.Set("out", filepath.Join(dir, "out"))
-	if err := run(ctx, v); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := reports.ReadJSON(filepath.Join(dir, "out", "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, dir := runProfileYAML(ctx, t, criInProc, faultsProfile)
 	if len(rep.Faults) != 2 {
 		t.Fatalf("report has %d faults, want the partition and the stall: %+v", len(rep.Faults), rep.Faults)
 	}

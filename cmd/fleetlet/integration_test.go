@@ -339,14 +339,36 @@ func checkKubeletAPI(ctx context.Context, t *testing.T, s *profileRun, pod *core
 	}
 }
 
+// runProfileYAML writes profile to a file of a temporary directory, runs
+// it with `fleetlet run` on a control plane of its own and the cri
+// runtime, and returns its report and the directory (its out/ holds the
+// run's files).
+func runProfileYAML(ctx context.Context, t *testing.T, cri, profile string) (*reports.Report, string) {
+	t.Helper()
+	dir := t.TempDir()
+	profilePath := filepath.Join(dir, "profile.yaml")
+	if err := os.WriteFile(profilePath, []byte(profile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v := testSettings(t, cri)
+	v.Set("profile", profilePath)
+	v.Set("out", filepath.Join(dir, "out"))
+	if err := run(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := reports.ReadJSON(filepath.Join(dir, "out", "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, dir
+}
+
 // TestRunWritesReport runs the whole `fleetlet run` path with a profile file
 // and the fake runtime behind unix sockets, and checks report.json.
 func TestRunWritesReport(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	profilePath := filepath.Join(dir, "tiny.yaml")
-	if err := os.WriteFile(profilePath, []byte(`name: tiny
+	rep, dir := runProfileYAML(ctx, t, criFakeSocket, `name: tiny
 watchMode: shared
 nodePools:
   - name: pool
@@ -364,19 +386,7 @@ phases:
   - waitRunning: {timeout: 2m}
   - delete: {qps: 20}
   - waitGone: {timeout: 2m}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	v := testSettings(t, criFakeSocket)
-	v.Set("profile", profilePath)
-	v.Set("out", filepath.Join(dir, "out"))
-	if err := run(ctx, v); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := reports.ReadJSON(filepath.Join(dir, "out", "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	if rep.Profile != "tiny" || rep.Nodes != 3 || rep.Pods != (reports.PodCounts{Created: 12, Running: 12, Deleted: 12, Gone: 12}) {
 		t.Errorf("report: profile %s, %d nodes, pods %+v", rep.Profile, rep.Nodes, rep.Pods)
 	}

@@ -109,21 +109,7 @@ phases:
 func TestWorkloadsProfile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	profilePath := filepath.Join(dir, "workloads.yaml")
-	if err := os.WriteFile(profilePath, []byte(workloadsProfile), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	v := testSettings(t, criInProc)
-	v.Set("profile", profilePath)
-	v.Set("out", filepath.Join(dir, "out"))
-	if err := run(ctx, v); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := reports.ReadJSON(filepath.Join(dir, "out", "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, dir := runProfileYAML(ctx, t, criInProc, workloadsProfile)
 	if len(rep.Errors) != 0 {
 		t.Errorf("errors: %v", rep.Errors)
 	}
