@@ -54,9 +54,10 @@ type Fault struct {
 	// deleted (their DisruptionTarget condition, reason
 	// DeletionByTaintManager).
 	PodsEvicted int `json:"podsEvicted"`
-	// PodsRescheduled are the pods that replaced pods of the hit nodes:
-	// created by their controllers from the fault's start on, bound to
-	// other nodes.
+	// PodsRescheduled are the pods that replaced the evicted ones: made
+	// by their controllers after the first eviction, on whatever node the
+	// scheduler chose (one of the fault's own, once it no longer has the
+	// taints, is possible).
 	PodsRescheduled int `json:"podsRescheduled"`
 	// RescheduledStartup is the rescheduled pods' startup latency, from the
 	// watch seeing them created to seeing them Running (Count is pods).

@@ -105,14 +105,14 @@ func TestFaultsInTheReport(t *testing.T) {
 		heading1 = "partition-zone-a (partition) on 5 nodes (pool zone-a), 05:06:37 UTC, for 120.0 s"
 		notReady = "5 of 5 nodes, p50 41.2 s, max 44.8 s after the start"
 		taints   = "unreachable on 5 nodes (p50 46.1 s, max 95.3 s), not-ready on 0 nodes; added at 0.08 nodes/s (controller: --node-eviction-rate 0.1, secondary 0.01)"
-		pods     = "12 evicted by taint, 10 rescheduled elsewhere (startup p50 812.5 ms, p99 1.9 s), 2 lost, 1 duplicated, 0 container restarts"
+		pods     = "12 evicted by taint, 10 replaced by their controllers (startup p50 812.5 ms, p99 1.9 s), 2 lost, 1 duplicated, 0 container restarts"
 		again    = "4 of 5 nodes, p50 1.3 s, max 10.5 s after the end; 1 still not Ready"
 		note     = "the zone was fully disrupted: the controller tainted at the normal rate"
 
 		heading2 = "slow-runtime (runtimeSlow) on 1 node (10% of every pool), 05:09:27 UTC, still going at the report, 12.5 s so far"
 		nothing  = "0 of 1 node: no node went NotReady"
 		noTaint  = "no NoExecute taint added (the controller's configured rates unknown: not fleetlet's control plane)"
-		pods2    = "0 evicted by taint, 0 rescheduled elsewhere, 0 lost, 0 duplicated, 1 container restart"
+		pods2    = "0 evicted by taint, 0 replaced by their controllers, 0 lost, 0 duplicated, 1 container restart"
 		again2   = "no node went NotReady"
 	)
 	for _, want := range []string{

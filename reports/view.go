@@ -635,7 +635,7 @@ func faultViews(r *Report) []faultView {
 			taints += "(the controller's configured rates unknown: not fleetlet's control plane)"
 		}
 
-		rescheduled := fmt.Sprintf("%d rescheduled elsewhere", f.PodsRescheduled)
+		rescheduled := fmt.Sprintf("%d replaced by their controllers", f.PodsRescheduled)
 		if s := f.RescheduledStartup; s.Count > 0 {
 			rescheduled += fmt.Sprintf(" (startup p50 %s, p99 %s)", fmtSeconds(s.P50Seconds), fmtSeconds(s.P99Seconds))
 		}

@@ -485,7 +485,8 @@ func (w *faultWatch) cost(rec *injectedFault, now time.Time) reports.Fault {
 	}
 
 	// Pods: evicted from the hit nodes, and the ones their controllers made
-	// elsewhere to replace them.
+	// to replace them, wherever the scheduler put them (on another of the
+	// hit nodes too, if it was schedulable by then).
 	lostOwners := map[types.UID]time.Time{}
 	stuck := 0
 	for uid, p := range w.pods {
@@ -517,7 +518,7 @@ func (w *faultWatch) cost(rec *injectedFault, now time.Time) reports.Fault {
 	var startup []time.Duration
 	for _, p := range w.pods {
 		at, ok := lostOwners[p.owner]
-		if p.owner == "" || !ok || hit[p.node] || p.firstSeen.Before(at) {
+		if p.owner == "" || !ok || p.firstSeen.Before(at) {
 			continue
 		}
 		out.PodsRescheduled++

@@ -11,11 +11,13 @@ import (
 	"time"
 )
 
-// faultsProfile partitions 5 of 12 nodes for 70 s, past the node lifecycle
-// controller's 50 s grace period, then stalls the pod workers of a node of
-// its own pool while pods are bound to it. 5 of 12 keeps the one zone under
-// the controller's 55 % unhealthy threshold: above it, in a zone of fewer
-// than 50 nodes, the controller stops tainting altogether.
+// faultsProfile takes a node's runtime down, partitions 5 of 12 other
+// nodes for 70 s meanwhile, past the node lifecycle controller's 50 s
+// grace period, brings the runtime back, then stalls the pod workers of a
+// node of its own pool while pods are bound to it. 6 of 14 nodes down keeps
+// the one zone under the controller's 55 % unhealthy threshold: above it,
+// in a zone of fewer than 50 nodes, the controller stops tainting
+// altogether.
 const faultsProfile = `name: faults
 # The stalled node's pods wait 20 s: the pod startup SLO judges the pods
 # made before the faults.
@@ -23,6 +25,7 @@ slos: {podStartupPhases: [app, bare]}
 nodePools:
   - {name: pool, count: 12}
   - {name: stall, count: 1}
+  - {name: runtime, count: 1}
 phases:
   - name: app
     create:
@@ -49,12 +52,16 @@ phases:
           containers: [{name: app, image: registry.k8s.io/pause:3.10}]
   - name: running
     waitRunning: {timeout: 3m}
+  - name: rt
+    fault: {kind: runtimeDown, nodes: {pool: runtime}}
   - name: cut
     fault:
       kind: partition
       nodes: {pool: pool, count: 5}
       duration: 70s
       readyTimeout: 30s
+  - name: rt-back
+    heal: {phase: rt, timeout: 1m}
   - name: stall
     fault: {kind: syncLoopStall, nodes: {pool: stall}}
   - name: pinned
@@ -75,7 +82,9 @@ phases:
 `
 
 // TestFaultPartitionAndStall runs faultsProfile against the real control
-// plane and checks what its report says the control plane did: the
+// plane and checks what its report says the control plane did: the node
+// whose runtime is down NotReady as the kubelet says it, and Ready again
+// once it is back; the
 // partitioned nodes NotReady and tainted unreachable, pods that tolerate
 // that for 5 s evicted and rescheduled elsewhere, none of the nodes' own
 // containers restarted by their agents, every node Ready again within 30 s
@@ -85,10 +94,18 @@ func TestFaultPartitionAndStall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	rep, dir := runProfileYAML(ctx, t, criInProc, faultsProfile)
-	if len(rep.Faults) != 2 {
-		t.Fatalf("report has %d faults, want the partition and the stall: %+v", len(rep.Faults), rep.Faults)
+	if len(rep.Faults) != 3 {
+		t.Fatalf("report has %d faults, want the runtime down, the partition and the stall: %+v", len(rep.Faults), rep.Faults)
 	}
-	cut, stall := rep.Faults[0], rep.Faults[1]
+	rt, cut, stall := rep.Faults[0], rep.Faults[1], rep.Faults[2]
+	// The kubelet says its runtime is down 30 s after its last good Status
+	// (checked every 5 s) at its next status update (every 10 s).
+	if rt.Kind != "runtimeDown" || rt.NotReady.Count != 1 || rt.NotReady.MaxSeconds < 25 || rt.NotReady.MaxSeconds > 50 {
+		t.Errorf("runtime down %+v: want its node NotReady 30 to 45 s in", rt.NotReady)
+	}
+	if rt.ReadyAgain.Count != 1 || rt.ReadyAgain.MaxSeconds > 20 {
+		t.Errorf("runtime back: Ready again %+v, want within the next status updates", rt.ReadyAgain)
+	}
 	if cut.Phase != "cut" || cut.Kind != "partition" || cut.Nodes != 5 || cut.End.IsZero() {
 		t.Fatalf("first fault %+v, want the partition of 5 nodes, ended", cut)
 	}
