@@ -104,6 +104,13 @@ type Config struct {
 	// FirstIP is the first node's InternalIP; each next node takes the next
 	// address. It must be a loopback address so nothing routes off the machine.
 	FirstIP netip.Addr
+	// PodIP, when set, is the one InternalIP of every node, as for a fleet
+	// shard in a pod of another cluster: each node's kubelet API listens on
+	// a port of its own, KubeletAPI.Port plus the node's index in the
+	// fleet, and advertises it in its Node's daemonEndpoints, so the API
+	// server reaches each one (logs, exec, stats) at the pod's address.
+	// FirstIP is then unused.
+	PodIP netip.Addr
 	// ClientConfig returns the API credentials of a node: its own client
 	// certificate against our control plane, or a shared kubeconfig.
 	ClientConfig func(nodeName string) (*rest.Config, error)
@@ -176,6 +183,9 @@ type Member struct {
 	// link is the node's network to the API server, which a partition
 	// cuts.
 	link *link
+	// index is the node's place in the fleet, which picks its kubelet
+	// port when every node shares the pod's IP.
+	index int
 
 	mu    sync.Mutex
 	agent *nodeagent.Agent
@@ -219,8 +229,8 @@ func New(cfg Config) (*Fleet, error) {
 	if !cfg.FirstIP.IsValid() {
 		cfg.FirstIP = defaultFirstIP
 	}
-	if !cfg.FirstIP.IsLoopback() || !cfg.FirstIP.Is4() {
-		return nil, fmt.Errorf("fleet: first node IP %s is not an IPv4 loopback address; use one in 127.0.0.0/8", cfg.FirstIP)
+	if err := checkAddresses(cfg); err != nil {
+		return nil, err
 	}
 	if (cfg.ClientConfig == nil && cfg.ClientCertificate == nil) || cfg.NewRuntime == nil {
 		return nil, errors.New("fleet: ClientConfig (or ClientCertificate) and NewRuntime must be set")
@@ -305,7 +315,9 @@ func New(cfg Config) (*Fleet, error) {
 			f.staticPods = append(f.staticPods, files)
 		}
 		for i := range pool.Count {
-			if !ip.IsLoopback() {
+			if cfg.PodIP.IsValid() {
+				ip = cfg.PodIP
+			} else if !ip.IsLoopback() {
 				f.close()
 				stopUnstarted(f.probes)
 				return nil, fmt.Errorf("fleet: ran out of loopback addresses at node %d of pool %s; start from a lower first IP", i, pool.Name)
@@ -317,7 +329,9 @@ func New(cfg Config) (*Fleet, error) {
 				return nil, err
 			}
 			f.members = append(f.members, m)
-			ip = ip.Next()
+			if !cfg.PodIP.IsValid() {
+				ip = ip.Next()
+			}
 		}
 	}
 	return f, nil
@@ -349,7 +363,7 @@ func (f *Fleet) newMember(pool NodePool, name string, ip net.IP, staticPods *sta
 	if err != nil {
 		return nil, fmt.Errorf("fleet: CRI endpoint for node %s: %w", name, err)
 	}
-	m := &Member{Name: name, IP: ip, Pool: pool.Name, CRI: rt.Runtime, close: rt.Close, staticPods: staticPods, pool: pool, rt: rt, link: &link{}}
+	m := &Member{Name: name, IP: ip, Pool: pool.Name, CRI: rt.Runtime, close: rt.Close, staticPods: staticPods, pool: pool, rt: rt, link: &link{}, index: len(f.members)}
 	if m.agent, err = f.newAgent(m); err != nil {
 		if rt.Close != nil {
 			_ = rt.Close()
@@ -399,7 +413,7 @@ func (f *Fleet) newAgent(m *Member) (*nodeagent.Agent, error) {
 	agentCfg := nodeagent.Config{
 		NodeName: name, NodeIP: ip, Capacity: pool.Capacity, Labels: withPoolLabel(pool), Taints: pool.Taints,
 		Kubelet: kc, Runtime: rt.Runtime, Images: rt.Images, NetworkProber: rt.Prober, Logs: rt.Logs,
-		Recorder: f.cfg.Recorder, Clock: f.cfg.Clock, Serving: f.serving, ProbeQueue: f.probes,
+		Recorder: f.cfg.Recorder, Clock: f.cfg.Clock, Serving: f.servingOf(m), ProbeQueue: f.probes,
 		KubeletWatches: f.watches, Interners: f.interners, KubeProxy: kubeProxy, StaticPods: staticPods,
 		SystemUsage: pool.SystemUsage,
 	}
@@ -409,6 +423,43 @@ func (f *Fleet) newAgent(m *Member) (*nodeagent.Agent, error) {
 		agentCfg.Informers = f.informers
 	}
 	return nodeagent.New(agentCfg)
+}
+
+// servingOf is how m serves the kubelet API: the fleet's, on a port of its
+// own when every node shares the pod's IP.
+func (f *Fleet) servingOf(m *Member) *nodeagent.ServingConfig {
+	if f.serving == nil || !f.cfg.PodIP.IsValid() || f.serving.Port == 0 {
+		return f.serving
+	}
+	s := *f.serving
+	s.Port += m.index
+	return &s
+}
+
+// checkAddresses refuses node addresses that could route traffic where it
+// should not go: loopback addresses on one machine; in a pod, the pod's own
+// address, with a kubelet port per node that stays a port.
+func checkAddresses(cfg Config) error {
+	if !cfg.PodIP.IsValid() {
+		if !cfg.FirstIP.IsLoopback() || !cfg.FirstIP.Is4() {
+			return fmt.Errorf("fleet: first node IP %s is not an IPv4 loopback address; use one in 127.0.0.0/8", cfg.FirstIP)
+		}
+		return nil
+	}
+	ip := cfg.PodIP
+	if ip.IsUnspecified() || ip.IsMulticast() || ip.IsLinkLocalUnicast() {
+		return fmt.Errorf("fleet: pod IP %s cannot be a node's address; give the pod's own IP (status.podIP)", ip)
+	}
+	if cfg.KubeletAPI != nil && cfg.KubeletAPI.Port > 0 {
+		nodes := 0
+		for _, p := range cfg.Pools {
+			nodes += p.Count
+		}
+		if last := cfg.KubeletAPI.Port + nodes - 1; last > 65535 {
+			return fmt.Errorf("fleet: %d nodes on pod IP %s need kubelet ports %d to %d, past 65535; start from a lower --kubelet-port or host fewer nodes per shard", nodes, ip, cfg.KubeletAPI.Port, last)
+		}
+	}
+	return nil
 }
 
 // ownConnection makes restCfg a node component's client: protobuf, watch
