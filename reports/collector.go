@@ -25,7 +25,20 @@ const numShards = 64
 // offsets are monotonic; when they do not (a fake clock), they are wall-clock
 // differences, as time.Time.Sub would give. A pod stamped from both kinds of
 // clock gets a difference that is neither; the Recorder contract (one
-// clock.Clock) rules that out.
+// clock.Clock) rules that out, with one exception below.
+//
+// The Collector's clock is its base's wall reading advanced by the
+// monotonic time since base: a stamp at offset d is at wall time
+// base.Round(0).Add(d) on it, and Now reads it. A time given to Mark without
+// a monotonic reading is taken as a reading of this clock (at.Sub(base) then
+// subtracts wall readings, which is the same thing). That is how stamps of
+// another process come in (Import): read on that process's clock, moved onto
+// this one by the measured offset between the two (MeasureClock), and
+// marked beside this process's own monotonic stamps. A phase between the two
+// is then a difference on this clock, as exact as the offset; a phase
+// within either process stays a monotonic difference. This clock and the
+// machine's wall clock part when the latter is stepped after base; nothing
+// here reads the machine's wall clock after base.
 //
 // Pods are never forgotten: each costs about 130 bytes here plus its UID
 // string, about 180 MB per million pods.
@@ -90,7 +103,9 @@ func newCollector(shards int) *Collector {
 // same milestone (the driver's and the agent's watch both see Scheduled) the
 // one that saw it first wins whichever called first. An unknown milestone or
 // a zero time is a programming error in the caller; it is dropped rather than
-// allowed to panic an agent or to poison every phase of the pod.
+// allowed to panic an agent or to poison every phase of the pod. A time
+// without a monotonic reading is a reading of the Collector's clock (see
+// Collector).
 func (c *Collector) Mark(pod types.UID, m Milestone, at time.Time) {
 	if m < 0 || m >= numMilestones || at.IsZero() {
 		return

@@ -19,5 +19,9 @@
 // read one view of the report (view.go), built section by section by pure
 // functions of it, so that they say the same things in the same words.
 // Reports of several processes merge exactly (Merge); two runs compare
-// (Compare, RenderComparison).
+// (Compare, RenderComparison). When a fleet's agents run in other processes
+// than the load driver (shards), the driver imports their Collectors'
+// stamps (Export, Import) moved onto its own clock by the offsets it
+// measured (MeasureClock, ShardClock), so that phases between the two are
+// computed; Report.Shards says by how much.
 package reports

@@ -11,7 +11,7 @@ import (
 // RenderMarkdown writes r as report.md: a header with the SLO verdict and
 // the run's facts, then the SLOs, the pod startup SLIs, the phases, the API
 // tables (client and server side), scheduling throughput, heartbeats, API
-// server outages, faults, the fleet's cost, settings and errors. It renders on GitHub and in any Markdown viewer; the
+// server outages, faults, the shards and their clock offsets, the fleet's cost, settings and errors. It renders on GitHub and in any Markdown viewer; the
 // charts are in report.html. It returns the first write error.
 func RenderMarkdown(w io.Writer, r *Report) error {
 	v := buildView(r)
@@ -147,6 +147,15 @@ func RenderMarkdown(w io.Writer, r *Report) error {
 				p("- %s\n", mdText(n))
 			}
 		}
+	}
+	if len(v.Shards) > 0 {
+		p("\n## Shards\n\n")
+		p("%s\n\n", mdText(v.ShardsText))
+		rows := make([][]string, 0, len(v.Shards))
+		for _, s := range v.Shards {
+			rows = append(rows, []string{mdText(s.Shard), s.Nodes, s.Pods, s.Start, s.End, s.Drift})
+		}
+		mdTable(bw, []string{"shard", "nodes", "pods", "offset at start ms", "offset at end ms", "drift ppm"}, "-rrrrr", rows)
 	}
 	p("\n## Fleet\n\n")
 	mdTable(bw, []string{"", ""}, "--", kvRows(v.Fleet))

@@ -30,6 +30,7 @@ import (
 // load, or they are counted once per process that scraped them. The same
 // holds for faults (see mergeFaults): each process reports the hit nodes it
 // watched, and two processes watching the same nodes count them twice.
+// The reports' Shards are concatenated, in order.
 func Merge(reports ...*Report) (*Report, error) {
 	if len(reports) == 0 {
 		return nil, fmt.Errorf("merging reports: no reports")
@@ -133,6 +134,9 @@ func Merge(reports ...*Report) (*Report, error) {
 	}
 	out.Heartbeat = hb
 	out.Faults = mergeFaults(reports)
+	for _, r := range reports {
+		out.Shards = append(out.Shards, r.Shards...)
+	}
 
 	// The thresholds are the same in every report (checked above); reports
 	// whose SLOs were checked without recording them used the defaults.

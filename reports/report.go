@@ -74,6 +74,13 @@ type Report struct {
 	// into the fleet's nodes and what the control plane did about each, in
 	// the order they started.
 	Faults []Fault `json:"faults,omitempty"`
+	// Shards (optional) are the processes whose agents the run's pods ran
+	// on, when they were not the driver's own, and the clock offsets that
+	// moved their stamps onto the driver's clock: phases between a
+	// milestone of the driver and one of an agent are differences of the
+	// two processes' clocks, corrected by these offsets. In the order the
+	// shards were given.
+	Shards []ShardClock `json:"shards,omitempty"`
 	// Series (optional) are per-second time series of pods and requests.
 	Series Series `json:"series,omitzero"`
 	// SLOThresholds (optional) are the thresholds SLOs were checked

@@ -11,7 +11,8 @@ import (
 
 // RenderSummary writes the terminal summary of r: a header line, the phase
 // and SLI tables, the SLO verdicts and why pod startup failed, the
-// scheduling throughput, heartbeats, outages and faults, the API table,
+// scheduling throughput, heartbeats, outages and faults, the shards' clock
+// offsets in one line, the API table,
 // then whatever needs attention (anomalies, settings that differ from the
 // kubelet's defaults, errors). It reads the same view as RenderMarkdown and
 // RenderHTML, in the same words. Write errors are ignored: the summary is a
@@ -50,6 +51,9 @@ func RenderSummary(w io.Writer, r *Report) {
 	writeKeyValues(w, "heartbeats", v.Heartbeat)
 	writeKeyValues(w, "API server outages", v.Outages)
 	writeFaults(w, v.Faults)
+	if v.ShardsLine != "" {
+		fmt.Fprintf(w, "\n%s\n", v.ShardsLine)
+	}
 
 	if len(v.API) > 0 {
 		fmt.Fprintln(w)

@@ -53,6 +53,12 @@ type reportView struct {
 	Heartbeat  []keyValue
 	Outages    []keyValue
 	Faults     []faultView // the profile's fault phases, one block each
+	// Shards are the processes whose agents ran the run's pods, with their
+	// clock offsets; ShardsText says what the offsets did, ShardsLine says
+	// them in one line for the terminal. All empty without shards.
+	Shards     []shardRow
+	ShardsText string
+	ShardsLine string
 	Fleet      []keyValue
 	Settings   []keyValue
 	Errors     []string
@@ -116,6 +122,12 @@ type apiRow struct {
 	EventsPerNode, ReceivedPerNode string
 }
 
+// shardRow is one shard: its offsets in ms, "±" their uncertainty, and its
+// drift in ppm; End and Drift are "-" when not measured.
+type shardRow struct {
+	Shard, Nodes, Pods, Start, End, Drift string
+}
+
 type apiServerRow struct {
 	Verb, Resource, Scope, Count, P50, P90, P99 string
 	// Over is set when the p99 is above the SLO threshold that applies.
@@ -155,6 +167,7 @@ func buildView(r *Report) reportView {
 	v.Heartbeat = heartbeatFacts(r)
 	v.Outages = outageFacts(r)
 	v.Faults = faultViews(r)
+	v.Shards, v.ShardsText, v.ShardsLine = shardViews(r)
 	v.Fleet = fleetFacts(r)
 	v.Settings = settingRows(r)
 	v.Errors = r.Errors
@@ -684,4 +697,68 @@ func fleetFacts(r *Report) []keyValue {
 		{"CPU", cmp.Or(run.CPU, "unknown")},
 		{"Goroutines at the end", cmp.Or(run.Goroutines, "unknown")},
 	}
+}
+
+// driverMilestones are the milestones the load driver stamps; the agents
+// stamp the others, and Scheduled too when their watch delivers the pod
+// first.
+const driverMilestones = 1<<Created | 1<<Scheduled | 1<<RunningObserved | 1<<DeleteIssued | 1<<Gone
+
+// crossProcessPhases are the names of the phases and SLIs from a milestone
+// of the driver to one of an agent, or back.
+func crossProcessPhases() []string {
+	var out []string
+	for _, sp := range append(slices.Clone(DefaultPhases), SLIPhases...) {
+		from, to := driverMilestones&(1<<sp.From) != 0, driverMilestones&(1<<sp.To) != 0
+		if from != to {
+			out = append(out, sp.Name)
+		}
+	}
+	return out
+}
+
+// shardViews are the run's shards, one row each, the sentence that says
+// which phases their offsets corrected, and the terminal's line.
+func shardViews(r *Report) (rows []shardRow, text, line string) {
+	if len(r.Shards) == 0 {
+		return nil, "", ""
+	}
+	measured := func(m ClockMeasurement) string {
+		if m.At.IsZero() {
+			return "-"
+		}
+		return fmtOffsetMs(m.OffsetSeconds) + " ± " + strconv.FormatFloat(roundTo(m.UncertaintySeconds*1e3, 3), 'f', 3, 64)
+	}
+	for _, s := range r.Shards {
+		drift := "-"
+		if s.driftMeasured() {
+			drift = fmtSigned(s.DriftPPM(), 2)
+		}
+		rows = append(rows, shardRow{
+			Shard: s.Shard, Nodes: strconv.Itoa(s.Nodes), Pods: strconv.Itoa(s.Pods),
+			Start: measured(s.Start), End: measured(s.End), Drift: drift,
+		})
+	}
+	text = "Each shard is a process whose node agents ran some of the run's pods. An offset is the shard's clock minus the driver's, " +
+		"± half the round trip it was measured over, at the start and at the end of the load. " +
+		"Phases between a milestone the driver stamps and one an agent stamps (" + strings.Join(crossProcessPhases(), ", ") + ") cross processes: " +
+		"they are differences of wall clocks, the agents' stamps moved onto the driver's clock by these offsets, interpolated over the run; " +
+		"so is a phase from scheduled when an agent saw the pod scheduled first. Every other phase is within one process, on its monotonic clock."
+	line = fmt.Sprintf("%s, clock offsets within ±%s ms", plural(len(r.Shards), "shard"),
+		strconv.FormatFloat(roundTo(maxAbsOffset(r.Shards).Seconds()*1e3, 3), 'f', 3, 64))
+	return rows, text, line
+}
+
+// fmtOffsetMs writes a clock offset in seconds as milliseconds, signed, to
+// the microsecond.
+func fmtOffsetMs(seconds float64) string { return fmtSigned(seconds*1e3, 3) }
+
+// fmtSigned writes v with its sign and the given decimals; what rounds to
+// zero is "+0.000", never "-0.000".
+func fmtSigned(v float64, decimals int) string {
+	v = roundTo(v, decimals)
+	if v == 0 {
+		v = 0 // drops the sign of -0
+	}
+	return fmt.Sprintf("%+.*f", decimals, v)
 }
