@@ -33,6 +33,9 @@ func newFleetCommand() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
+			if v.GetBool("shard") {
+				return runShard(ctx, v)
+			}
 			profile, err := fleetProfile(v.GetString("profile"), v.GetInt("nodes"))
 			if err != nil {
 				return err
@@ -67,7 +70,7 @@ func newFleetCommand() *cobra.Command {
 			return errors.Join(startErr, s.Close())
 		},
 	}
-	addFlags(cmd, clusterFlags, fleetFlags, func(fs *pflag.FlagSet) {
+	addFlags(cmd, clusterFlags, fleetFlags, shardFlags, func(fs *pflag.FlagSet) {
 		fs.Int("nodes", 0, "number of nodes in one default pool (8 CPU, 32Gi, 110 pods); overrides --profile's pools")
 		fs.String("profile", "quickstart", "profile whose node pools to host")
 		fs.String("dir", "", "directory for the embedded control plane's data and logs (default: a new temporary directory)")

@@ -45,6 +45,9 @@ func newRunCommand() *cobra.Command {
 		fs.String("profile", "quickstart", "built-in profile name ("+fmt.Sprint(loadprofiles.BuiltinNames())+") or path to a profile YAML file")
 		fs.String("out", "", "directory for report.json and the control plane's logs (default out/<profile>-<time>)")
 		fs.Duration("ready-timeout", 5*time.Minute, "how long to wait for every node to be Ready")
+		fs.String("shards", "", "drive the load on the nodes of fleet shards (`fleetlet fleet --shard`) at these endpoints, host:port,…, instead of a fleet in this process; needs --kubeconfig, the shards' target cluster")
+		fs.String("shards-from", "", "like --shards, the shards being the pods of this StatefulSet, <namespace>/<name>, on the host cluster of --shards-kubeconfig")
+		fs.String("shards-kubeconfig", "", "with --shards-from: the kubeconfig of the cluster the shards run on (default: --kubeconfig, when one cluster is host and target)")
 		fs.String("sweep", "", "capacity search: run the profile once per step, nodes=N1,N2,... (the first pool's count) or qps=Q1,Q2,... (every create and churn phase), until a step fails its SLOs; writes sweep.json with the largest passing step")
 	})
 	return cmd
@@ -99,6 +102,9 @@ func runProfile(ctx context.Context, v *viper.Viper, profile *loadprofiles.Profi
 		return nil, err
 	}
 	opts.Schedulable = true
+	if opts.Shards, err = shardsFrom(v, profile); err != nil {
+		return nil, err
+	}
 	r, err := startRun(ctx, opts)
 	if r != nil {
 		defer func() { err = errors.Join(err, r.Close()) }()
@@ -111,15 +117,32 @@ func runProfile(ctx context.Context, v *viper.Viper, profile *loadprofiles.Profi
 	var metrics *reports.Metrics
 	if runErr == nil {
 		fmt.Fprintf(os.Stderr, "fleetlet: %d nodes Ready and schedulable after %v; kubeconfig %s\n",
-			len(r.fleet.NodeNames()), time.Since(r.started).Round(time.Millisecond), r.cluster.kubeconfig)
-		before := r.scrape(ctx)
-		runErr = r.drive(ctx)
-		metrics = reports.Diff(before, r.scrape(ctx))
+			len(r.nodeNames()), time.Since(r.started).Round(time.Millisecond), r.cluster.kubeconfig)
+		if opts.Shards != nil {
+			runErr = opts.Shards.measureStart(ctx, r.collector.Now)
+		}
+		if runErr == nil {
+			before := r.scrape(ctx)
+			runErr = r.drive(ctx)
+			metrics = reports.Diff(before, r.scrape(ctx))
+		}
 	}
 	if ctx.Err() != nil {
 		runErr = fmt.Errorf("interrupted (%v); the report holds what was measured until then", runErr)
 	}
+	var shardReps []*reports.Report
+	var clocks []reports.ShardClock
+	var shardErrs []error
+	if opts.Shards != nil {
+		// Read even when interrupted: what the shards measured is the run's.
+		readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		shardReps, clocks, shardErrs = opts.Shards.collect(readCtx, r.collector)
+		cancel()
+	}
 	rep = r.report(metrics, runErr)
+	if opts.Shards != nil {
+		rep = mergeShardReports(rep, shardReps, clocks, shardErrs)
+	}
 	if err := writeReports(out, rep); err != nil {
 		return rep, errors.Join(runErr, err)
 	}
@@ -236,8 +259,8 @@ func startRun(ctx context.Context, opts sessionOptions) (*profileRun, error) {
 		objs, oerr := objects.NewClient(driverConfig(r.cluster.admin, opts.Profile))
 		r.objects, err = objs, errors.Join(err, oerr)
 		if cerr == nil && r.fleetRunning() {
-			r.readiness = watchReadiness(ctx, client, r.fleet.NodeNames())
-			if hasFaults(opts.Profile) {
+			r.readiness = watchReadiness(ctx, client, r.nodeNames())
+			if hasFaults(opts.Profile) && r.fleet != nil {
 				r.faults = newFaultInjector(ctx, r.fleet, client, r.cluster.cp != nil, r.lateness.Forget)
 			}
 		}
@@ -348,9 +371,7 @@ func (s *profileRun) report(metrics *reports.Metrics, runErr error) *reports.Rep
 	for _, err := range s.scrapeErrs {
 		rep.Errors = append(rep.Errors, "control plane metrics: "+err.Error())
 	}
-	if s.fleet != nil {
-		rep.Nodes = len(s.fleet.NodeNames())
-	}
+	rep.Nodes = len(s.nodeNames())
 	rep.Fleet.Goroutines = runtime.NumGoroutine()
 	if rss, err := reports.ReadPeakRSS(); err == nil {
 		rep.Fleet.PeakRSSBytes = rss

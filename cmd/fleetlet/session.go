@@ -45,9 +45,16 @@ type sessionOptions struct {
 	CRISocketDir string
 	NodePrefix   string
 	FirstIP      netip.Addr
-	StartJitter  time.Duration
-	Seed         uint64
-	KubeletPort  int
+	// PodIP, when set, is every node's address, each with a kubelet port
+	// of its own (a shard in a pod).
+	PodIP netip.Addr
+	// Shards, when set, are the fleet: the shard processes of another
+	// machine or cluster, which the session waits for and reads instead of
+	// starting agents of its own.
+	Shards      *shardSet
+	StartJitter time.Duration
+	Seed        uint64
+	KubeletPort int
 	// BootstrapKubeconfig, with Kubeconfig, has each node bootstrap a
 	// client certificate of its own with this kubeconfig's token; CertDir
 	// keeps them (default on the embedded control plane: node-certs in
@@ -137,6 +144,8 @@ type session struct {
 	// fleetStarted.
 	started, fleetStarted        time.Time
 	readyAfter, schedulableAfter time.Duration
+	// remoteNodes are the shards' nodes, when the fleet is theirs.
+	remoteNodes []string
 
 	// closers release what Start acquired; Close runs them in reverse.
 	closers   []func() error
@@ -173,6 +182,9 @@ func (s *session) Start(ctx context.Context) error {
 	s.closers = append(s.closers, cl.Stop)
 	if s.admin, err = kubernetes.NewForConfig(cl.admin); err != nil {
 		return err
+	}
+	if o.Shards != nil {
+		return s.startShards(ctx)
 	}
 	if cl.cp == nil {
 		// On an existing cluster the agents are the kubeconfig's user.
@@ -211,6 +223,7 @@ func (s *session) Start(ctx context.Context) error {
 		Pools:              pools,
 		NamePrefix:         o.NodePrefix,
 		FirstIP:            o.FirstIP,
+		PodIP:              o.PodIP,
 		ClientConfig:       cl.nodeConfig,
 		NewRuntime:         newRuntime,
 		WrapTransport:      o.WrapTransport,
@@ -236,7 +249,35 @@ func (s *session) Start(ctx context.Context) error {
 	s.fleetStarted = time.Now()
 	go func() { s.fleetDone <- s.fleet.Run(fleetCtx) }()
 
-	names := s.fleet.NodeNames()
+	return s.waitForNodes(ctx, s.fleet.NodeNames())
+}
+
+// startShards takes the shards of o.Shards as the fleet: once every one
+// says its nodes are Ready, the session waits for them as for its own.
+func (s *session) startShards(ctx context.Context) error {
+	names, err := s.opts.Shards.wait(ctx, s.opts.ReadyTimeout)
+	if err != nil {
+		return err
+	}
+	s.remoteNodes = names
+	s.fleetStarted = time.Now()
+	// Nothing of the fleet runs here; Close has nothing to stop.
+	s.fleetDone = make(chan error, 1)
+	s.stopFleet = func() { s.fleetDone <- nil }
+	return s.waitForNodes(ctx, names)
+}
+
+// nodeNames are the fleet's nodes: this process's agents, or the shards'.
+func (s *session) nodeNames() []string {
+	if s.fleet == nil {
+		return s.remoteNodes
+	}
+	return s.fleet.NodeNames()
+}
+
+// waitForNodes waits for names to be Ready (and, if asked, schedulable).
+func (s *session) waitForNodes(ctx context.Context, names []string) error {
+	o := &s.opts
 	if err := fleet.WaitForNodesReady(ctx, s.admin, names, o.ReadyTimeout); err != nil {
 		return s.notUp(err)
 	}
