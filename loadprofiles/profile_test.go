@@ -560,7 +560,7 @@ func TestParseCaughtBeforeTheRun(t *testing.T) {
 	const pool = "    cpu: \"4\"\n"
 	kubelet := func(settings string) [2]string { return [2]string{pool, pool + "    kubelet: " + settings + "\n"} }
 	const signals = `"imagefs.available", "imagefs.inodesFree", "memory.available", "nodefs.available", "nodefs.inodesFree", "pid.available"`
-	const shard = "more than the 100000 one fleetlet process emulates; shard larger fleets over several processes, each with its own --node-prefix"
+	const shard = "more than the 100000 one fleetlet process emulates; shard larger fleets over several processes (fleetlet fleet --shard; README, Past one machine)"
 	const annotated = "metadata: {labels: {app: test}, annotations: {%s}}"
 	cases := []struct {
 		name  string

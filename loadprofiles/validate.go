@@ -37,7 +37,7 @@ const (
 	// MaxNodes is the most nodes one fleetlet process emulates, over all
 	// of a profile's node pools and any sweep step: at about 1 MiB of RSS
 	// per agent, 100,000 of them take about 100 GiB. Shard larger fleets
-	// over several processes, each with its own --node-prefix.
+	// over several processes (fleetlet fleet --shard).
 	MaxNodes = 100_000
 	// MaxPodsPerPhase is the most pods one phase may create: a create
 	// phase's count, or a churn's ⌈qps × duration⌉. The driver keeps a
@@ -158,7 +158,7 @@ func validatePools(pools []NodePool, path *field.Path) field.ErrorList {
 	}
 	if total > MaxNodes && !tooBig { // a single pool's count over it is reported above
 		errs = append(errs, field.Invalid(path, total, fmt.Sprintf(
-			"the pools' counts add up to %d nodes, more than the %d one fleetlet process emulates; shard larger fleets over several processes, each with its own --node-prefix",
+			"the pools' counts add up to %d nodes, more than the %d one fleetlet process emulates; shard larger fleets over several processes (fleetlet fleet --shard; README, Past one machine)",
 			total, MaxNodes)))
 	}
 	return errs
@@ -188,7 +188,7 @@ func validateSystemUsage(pool *NodePool, path *field.Path) field.ErrorList {
 // than MaxNodes nodes in all.
 func tooManyNodes(path *field.Path, value, total int) *field.Error {
 	return field.Invalid(path, value, fmt.Sprintf(
-		"makes %d nodes, more than the %d one fleetlet process emulates; shard larger fleets over several processes, each with its own --node-prefix",
+		"makes %d nodes, more than the %d one fleetlet process emulates; shard larger fleets over several processes (fleetlet fleet --shard; README, Past one machine)",
 		total, MaxNodes))
 }
 

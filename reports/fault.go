@@ -13,7 +13,8 @@ type Fault struct {
 	// Phase is the profile phase's name.
 	Phase string `json:"phase"`
 	// Kind is what was injected: partition, nodeDown, runtimeDown,
-	// runtimeSlow, registryErrors, cniMissing or syncLoopStall.
+	// runtimeSlow, registryErrors, cniMissing or syncLoopStall; shardDown
+	// when a shard process of a sharded fleet failed.
 	Kind string `json:"kind"`
 	// Selector says in words which nodes it aimed at: "pool zone-a", "5
 	// nodes of pool default", "label topology.kubernetes.io/zone=a", "10%

@@ -3,6 +3,7 @@ package reports
 import (
 	"cmp"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"time"
@@ -127,4 +128,19 @@ func milestoneNamed(name string) (Milestone, bool) {
 		}
 	}
 	return 0, false
+}
+
+// Stamp is the time on c's clock at which pod reached m, if it did.
+func (c *Collector) Stamp(pod types.UID, m Milestone) (time.Time, bool) {
+	if m < 0 || m >= numMilestones {
+		return time.Time{}, false
+	}
+	s := &c.shards[maphash.String(c.seed, string(pod))&c.mask]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pods[pod]
+	if p == nil || p.set&(1<<m) == 0 {
+		return time.Time{}, false
+	}
+	return c.base.Round(0).Add(p.at[m]), true
 }

@@ -273,3 +273,21 @@ func TestImportErrors(t *testing.T) {
 		t.Errorf("Import of nothing: %v", err)
 	}
 }
+
+func TestCollectorStamp(t *testing.T) {
+	c := NewCollector()
+	at := c.Now().Add(time.Second)
+	c.Mark("p", Scheduled, at)
+	if got, ok := c.Stamp("p", Scheduled); !ok || !got.Equal(at) {
+		t.Errorf("Stamp = %v, %v; want %v", got, ok, at)
+	}
+	if _, ok := c.Stamp("p", Created); ok {
+		t.Error("a milestone never stamped has a stamp")
+	}
+	if _, ok := c.Stamp("q", Scheduled); ok {
+		t.Error("an unknown pod has a stamp")
+	}
+	if _, ok := c.Stamp("p", numMilestones); ok {
+		t.Error("an unknown milestone has a stamp")
+	}
+}

@@ -89,7 +89,7 @@ func checkCapacity(nodes int, meminfo string) error {
 		return nil // not Linux, or no meminfo: nothing to check against
 	}
 	if limit := avail / bytesPerNode; int64(nodes) > limit {
-		return fmt.Errorf("%d nodes need about %s at %s each (agent and control plane), and this machine has %s available: at most %d nodes here; lower the node count, or shard the fleet over machines with --node-prefix",
+		return fmt.Errorf("%d nodes need about %s at %s each (agent and control plane), and this machine has %s available: at most %d nodes here; lower the node count, or shard the fleet over machines (fleetlet fleet --shard; README, Past one machine)",
 			nodes, gib(int64(nodes)*bytesPerNode), gib(bytesPerNode), gib(avail), limit)
 	}
 	return nil

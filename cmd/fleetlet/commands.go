@@ -36,6 +36,11 @@ func newFleetCommand() *cobra.Command {
 			if v.GetBool("shard") {
 				return runShard(ctx, v)
 			}
+			for _, f := range []string{"shard-ordinal", "pod-name", "pod-ip"} {
+				if v.GetString(f) != "" {
+					return fmt.Errorf("--%s is a shard's: add --shard, or leave it out", f)
+				}
+			}
 			profile, err := fleetProfile(v.GetString("profile"), v.GetInt("nodes"))
 			if err != nil {
 				return err

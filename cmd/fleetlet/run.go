@@ -68,7 +68,15 @@ func run(ctx context.Context, v *viper.Viper) (err error) {
 			return err
 		}
 	}
-	if err := preflight(v, profileNodes(profile, sw), false); err != nil {
+	nodes := profileNodes(profile, sw)
+	if v.GetString("shards") != "" || v.GetString("shards-from") != "" {
+		if sw != nil {
+			return errors.New("--sweep with --shards: a sweep starts a fleet per step, and the shards' fleet is theirs; sweep on one machine, or scale the shards' StatefulSet between runs")
+		}
+		// The nodes are the shards'; this process hosts none.
+		nodes = 0
+	}
+	if err := preflight(v, nodes, false); err != nil {
 		return err
 	}
 	out, created, err := outputDir(v.GetString("out"), profile.Name)
@@ -96,7 +104,11 @@ func run(ctx context.Context, v *viper.Viper) (err error) {
 // Once the fleet has started, the report measured so far is written
 // whatever happens next, and returned with the error.
 func runProfile(ctx context.Context, v *viper.Viper, profile *loadprofiles.Profile, out string) (rep *reports.Report, err error) {
-	fmt.Fprintf(os.Stderr, "fleetlet: profile %s, %d nodes; output in %s\n", profile.Name, profile.TotalNodes(), out)
+	if v.GetString("shards") != "" || v.GetString("shards-from") != "" {
+		fmt.Fprintf(os.Stderr, "fleetlet: profile %s on the shards' nodes (its node pools are the shards' to host); output in %s\n", profile.Name, out)
+	} else {
+		fmt.Fprintf(os.Stderr, "fleetlet: profile %s, %d nodes; output in %s\n", profile.Name, profile.TotalNodes(), out)
+	}
 	opts, err := optionsFrom(v, profile, filepath.Join(out, "controlplane"))
 	if err != nil {
 		return nil, err
@@ -115,16 +127,22 @@ func runProfile(ctx context.Context, v *viper.Viper, profile *loadprofiles.Profi
 	// runErr is the first failure once the fleet runs: the report carries it.
 	runErr := err
 	var metrics *reports.Metrics
+	var monitor *shardMonitor
 	if runErr == nil {
 		fmt.Fprintf(os.Stderr, "fleetlet: %d nodes Ready and schedulable after %v; kubeconfig %s\n",
 			len(r.nodeNames()), time.Since(r.started).Round(time.Millisecond), r.cluster.kubeconfig)
 		if opts.Shards != nil {
-			runErr = opts.Shards.measureStart(ctx, r.collector.Now)
+			if runErr = opts.Shards.measureStart(ctx, r.collector.Now); runErr == nil {
+				monitor = opts.Shards.monitor(ctx, r.client, r.nodeNames())
+			}
 		}
 		if runErr == nil {
 			before := r.scrape(ctx)
 			runErr = r.drive(ctx)
 			metrics = reports.Diff(before, r.scrape(ctx))
+		}
+		if monitor != nil {
+			monitor.stop()
 		}
 	}
 	if ctx.Err() != nil {
@@ -140,6 +158,9 @@ func runProfile(ctx context.Context, v *viper.Viper, profile *loadprofiles.Profi
 		cancel()
 	}
 	rep = r.report(metrics, runErr)
+	if monitor != nil {
+		rep.Faults = append(rep.Faults, monitor.reports(rep.FinishedAt)...)
+	}
 	if opts.Shards != nil {
 		rep = mergeShardReports(rep, shardReps, clocks, shardErrs)
 	}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/viper"
@@ -49,6 +50,27 @@ type remoteShard struct {
 	addr  string
 	info  shardInfo
 	start reports.ClockMeasurement
+	// restarted is set once the shard answered as another process;
+	// adopted counts the pods whose stamps from that process were left
+	// out (dropAdopted).
+	restarted bool
+	adopted   int
+}
+
+// dropAdopted leaves out of stamps, from a shard whose process was
+// replaced, the pods the driver had seen Running before that process
+// began: its agents took them over already running and would stamp their
+// start a second time, after the driver saw them run. The pods keep the
+// driver's milestones and those of the process before, which are lost
+// with it. It returns how many it left out.
+func dropAdopted(stamps *reports.StampSet, c *reports.Collector, sc reports.ShardClock) int {
+	began := stamps.Base.Add(-sc.RemoteOffsetAt(stamps.Base))
+	before := len(stamps.Pods)
+	stamps.Pods = slices.DeleteFunc(stamps.Pods, func(p reports.PodStamps) bool {
+		running, ok := c.Stamp(p.UID, reports.RunningObserved)
+		return ok && running.Before(began)
+	})
+	return before - len(stamps.Pods)
 }
 
 // name is how the report names the shard.
@@ -278,6 +300,9 @@ func (s *shardSet) collect(ctx context.Context, c *reports.Collector) ([]*report
 			errs = append(errs, err)
 			continue
 		}
+		if sh.restarted {
+			sh.adopted = dropAdopted(&stamps, c, sc)
+		}
 		if err := c.Import(stamps, sc.RemoteOffsetAt); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", sh.name(), err))
 		}
@@ -395,4 +420,125 @@ func shardsFrom(v *viper.Viper, profile *loadprofiles.Profile) (*shardSet, error
 		return nil, err
 	}
 	return newStatefulSetShards(host, sts)
+}
+
+// shardDownKind is the Fault kind of a shard that stopped answering or came
+// back as another process: its pod deleted, killed or evicted.
+const shardDownKind = "shardDown"
+
+// shardMonitorPeriod is how often the driver asks each shard how it is,
+// during the load.
+const shardMonitorPeriod = 2 * time.Second
+
+// shardMonitor watches the shards during the load: a shard that stops
+// answering, or answers as another process (a new lease holder: its pod
+// was replaced between two looks), is a fault like those a profile
+// throws, and the report says what it cost, from the Nodes' and pods'
+// watch, as for any other fault.
+type shardMonitor struct {
+	set   *shardSet
+	watch *faultWatch
+	// open are the shards down now, by ordinal.
+	mu     sync.Mutex
+	open   map[int]*injectedFault
+	faults []*injectedFault
+	// replaced are the faults that ended with another process: the shard.
+	replaced map[*injectedFault]*remoteShard
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// monitor starts watching the shards and their nodes until stop.
+func (s *shardSet) monitor(ctx context.Context, client kubernetes.Interface, names []string) *shardMonitor {
+	ctx, cancel := context.WithCancel(ctx)
+	m := &shardMonitor{set: s, watch: startFaultWatch(ctx, client, names), open: map[int]*injectedFault{}, replaced: map[*injectedFault]*remoteShard{}, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		ticker := time.NewTicker(shardMonitorPeriod)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+			for _, sh := range s.shards {
+				m.look(ctx, sh)
+			}
+		}
+	}()
+	return m
+}
+
+// look asks sh how it is and opens or closes its fault.
+func (m *shardMonitor) look(ctx context.Context, sh *remoteShard) {
+	ctx, cancel := context.WithTimeout(ctx, shardMonitorPeriod*2)
+	defer cancel()
+	var info shardInfo
+	err := m.set.get(ctx, sh.addr, shardInfoPath, &info)
+	now := time.Now()
+	if ctx.Err() != nil && err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	open := m.open[sh.info.Ordinal]
+	switch {
+	case err != nil && open == nil:
+		m.openFault(sh, now)
+	case err == nil && info.Holder != sh.info.Holder:
+		if open == nil {
+			// Replaced between two looks: down since the last one at most.
+			open = m.openFault(sh, now.Add(-shardMonitorPeriod))
+		}
+		open.end = now
+		m.replaced[open] = sh
+		delete(m.open, sh.info.Ordinal)
+		sh.info.Holder = info.Holder
+		sh.restarted = true
+	case err == nil && open != nil:
+		// The same process answers again: it was unreachable, not gone.
+		open.end = now
+		delete(m.open, sh.info.Ordinal)
+	}
+}
+
+func (m *shardMonitor) openFault(sh *remoteShard, at time.Time) *injectedFault {
+	f := &injectedFault{
+		fault: loadprofiles.Fault{
+			Phase: fmt.Sprintf("shard-%d", sh.info.Ordinal), Spec: &loadprofiles.FaultPhase{Kind: shardDownKind},
+			Selector: sh.name(), Nodes: sh.info.Nodes,
+		},
+		start:           at,
+		restartsAtStart: m.watch.restarts(sh.info.Nodes),
+	}
+	m.open[sh.info.Ordinal] = f
+	m.faults = append(m.faults, f)
+	return f
+}
+
+// stop ends the watching.
+func (m *shardMonitor) stop() {
+	m.cancel()
+	<-m.done
+}
+
+// reports are what the shards' failures cost, as seen until now.
+func (m *shardMonitor) reports(now time.Time) []reports.Fault {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []reports.Fault
+	for _, f := range m.faults {
+		r := m.watch.cost(f, now)
+		switch sh := m.replaced[f]; {
+		case sh != nil:
+			r.Notes = append(r.Notes, fmt.Sprintf("the shard's process was replaced (its pod deleted or killed): its agents stopped with it and the milestones they had stamped are lost with it; its successor under the same ordinal adopted the same nodes, and the end is when it first answered; %d pods it took over already Running keep only the driver's milestones, since its agents would stamp their start a second time", sh.adopted))
+		case f.end.IsZero():
+			r.Notes = append(r.Notes, "the shard did not answer again before the report was made")
+		default:
+			r.Notes = append(r.Notes, "the shard did not answer the driver for a while, but the same process answered again: its nodes may have run on")
+		}
+		out = append(out, r)
+	}
+	return out
 }

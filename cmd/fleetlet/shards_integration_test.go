@@ -25,6 +25,7 @@ import (
 
 	"github.com/fleetlet/fleetlet/fleet"
 	"github.com/fleetlet/fleetlet/internal/testutil"
+	"github.com/fleetlet/fleetlet/loadprofiles"
 	"github.com/fleetlet/fleetlet/reports"
 )
 
@@ -243,9 +244,40 @@ phases:
 		t.Fatalf("a duplicate ordinal 0 did not refuse to start:\n%s", dup.stderr)
 	}
 
-	// Shard 1 killed, as a pod whose node died; started again (as its
-	// StatefulSet would), it takes its ordinal over once the lease lapses
-	// and its 20 nodes are Ready under the same names.
+	// Shard 1 killed during a load, as a pod whose node died; started
+	// again (as its StatefulSet would), it takes its ordinal over once the
+	// lease lapses and its 20 nodes are Ready under the same names. The
+	// report counts it as a fault.
+	faultProfile := filepath.Join(dir, "sharded-fault.yaml")
+	if err := os.WriteFile(faultProfile, []byte(`name: sharded-fault
+nodePools:
+  - name: default
+    count: 40
+phases:
+  - create:
+      count: 40
+      qps: 20
+      template:
+        spec:
+          containers: [{name: app, image: registry.k8s.io/pause:3.10}]
+  - waitRunning: {timeout: 3m}
+  - sleep: {duration: 100s}
+  - delete: {qps: 20}
+  - waitGone: {timeout: 3m}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v.Set("profile", faultProfile)
+	v.Set("out", filepath.Join(dir, "out-fault"))
+	runDone := make(chan error, 1)
+	go func() { runDone <- run(ctx, v) }()
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := client.CoreV1().Pods(loadprofiles.DefaultNamespace).List(ctx, metav1.ListOptions{FieldSelector: "status.phase=Running"})
+		return err == nil && len(pods.Items) == 40, nil
+	})
+	if err != nil {
+		t.Fatalf("the second load's 40 pods never ran: %v", err)
+	}
 	_ = shards[1].cmd.Process.Kill()
 	<-shards[1].exited
 	killed := time.Now()
@@ -261,14 +293,38 @@ phases:
 		t.Fatalf("shard 1's nodes not Ready again: %v\n%s", err, shards[1].stderr)
 	}
 	t.Logf("shard 1 killed and back, 20 nodes Ready, after %v", time.Since(killed).Round(time.Millisecond))
-	for _, n := range names[20:] {
-		node, err := client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
-		if err != nil {
-			t.Errorf("node %s: %v", n, err)
-			continue
-		}
-		if nodeReady(node) != "True" {
-			t.Errorf("node %s not Ready after the restart", n)
+	if err := <-runDone; err != nil {
+		t.Fatalf("the load across a shard's failure: %v\nshard 1:\n%s", err, shards[1].stderr)
+	}
+	rep, err = reports.ReadJSON(filepath.Join(dir, "out-fault", "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var down []reports.Fault
+	for _, f := range rep.Faults {
+		if f.Kind == shardDownKind {
+			down = append(down, f)
 		}
 	}
+	if len(down) != 1 {
+		t.Fatalf("faults %+v, want one shardDown", rep.Faults)
+	}
+	f := down[0]
+	if f.Nodes != 20 || f.End.IsZero() || f.Seconds < 30 || !strings.Contains(strings.Join(f.Notes, " "), "replaced") {
+		t.Errorf("shard fault %+v, want its 20 nodes, ended after the lease's 40 s, noted as replaced", f)
+	}
+	if f.NotReadyAtReport != 0 {
+		t.Errorf("%d of the shard's nodes not Ready at the report", f.NotReadyAtReport)
+	}
+	// The pods the new process took over keep the driver's milestones;
+	// none is stamped a second time out of order.
+	for _, ph := range append(rep.Phases, rep.SLIs...) {
+		if ph.Anomalies > 0 {
+			t.Errorf("phase %s: %d pods stamped their end before their start", ph.Name, ph.Anomalies)
+		}
+	}
+	if rep.Pods.Gone != 40 {
+		t.Errorf("pods %+v, want the 40 gone at the end across the shard's failure", rep.Pods)
+	}
+	t.Logf("shard fault: %.1f s down, NotReady %+v, ready again %+v, restarts %d", f.Seconds, f.NotReady, f.ReadyAgain, f.ContainerRestarts)
 }
