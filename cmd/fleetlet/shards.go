@@ -444,8 +444,8 @@ type shardMonitor struct {
 	faults []*injectedFault
 	// replaced are the faults that ended with another process: the shard.
 	replaced map[*injectedFault]*remoteShard
-	cancel context.CancelFunc
-	done   chan struct{}
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 // monitor starts watching the shards and their nodes until stop.
