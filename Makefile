@@ -16,7 +16,7 @@ K8S_LDFLAGS := $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/
 	-X $(pkg).gitVersion=$(K8S_VERSION) -X $(pkg).gitMajor=1 -X $(pkg).gitMinor=$(K8S_MINOR) \
 	-X $(pkg).gitTreeState=clean -X $(pkg).buildDate=1970-01-01T00:00:00Z)
 
-.PHONY: all build controlplane kubemark metrics-server run test test-unit test-integration bench lint clean
+.PHONY: all build controlplane kubemark metrics-server image run test test-unit test-integration bench lint clean
 
 all: build controlplane
 
@@ -61,6 +61,27 @@ $(BIN)/metrics-server: controlplane/metrics-server/go.mod controlplane/metrics-s
 	@mkdir -p $(BIN)
 	cd controlplane/metrics-server && $(GO) build -o $@ sigs.k8s.io/metrics-server/cmd/metrics-server
 
+# The fleet shard's container image, for the StatefulSet in deploy/shards
+# (deploy/README.md): built without Docker or a registry by deploy/image (its
+# own module), written as `docker save` writes one (an OCI layout with a
+# manifest.json) for `kind load image-archive`, `ctr images import` or
+# `docker load`, tagged with the version and :latest.
+# Reproducible: a static binary without build ID, every time in the image the
+# commit's, so that one commit gives one digest. IMAGE_ARCH=arm64 for arm64.
+IMAGE_REPO     ?= fleetlet.io/fleetlet
+IMAGE_VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_ARCH     ?= $(shell $(GO) env GOARCH)
+IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+IMAGE_EPOCH    ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+image:
+	@mkdir -p $(BIN)/image
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags '-s -w -buildid=' -o $(BIN)/image/fleetlet ./cmd/fleetlet
+	cd deploy/image && SOURCE_DATE_EPOCH=$(IMAGE_EPOCH) $(GO) run ./cmd/fleetlet-image \
+		--binary $(BIN)/image/fleetlet --out $(BIN)/fleetlet-image.tar \
+		--tag $(IMAGE_REPO):$(IMAGE_VERSION) --tag $(IMAGE_REPO):latest \
+		--version '$(IMAGE_VERSION)' --revision '$(IMAGE_REVISION)'
+
 run: build controlplane
 	$(BIN)/fleetlet run --profile $(PROFILE)
 
@@ -71,6 +92,7 @@ test: test-unit test-integration
 # Seconds, with nothing built but the packages: no control plane, no binary.
 test-unit:
 	$(GO) test -race -timeout 20m ./...
+	cd deploy/image && $(GO) test -race ./...
 
 # The tests tagged `integration` start the real control plane from bin/
 # (and the containerd test, as root, a real containerd); the unit tests of
@@ -84,6 +106,7 @@ bench:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd deploy/image && $(GO) vet ./...
 
 clean:
 	rm -rf $(BIN) out
