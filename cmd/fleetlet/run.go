@@ -45,7 +45,7 @@ func newRunCommand() *cobra.Command {
 		fs.String("profile", "quickstart", "built-in profile name ("+fmt.Sprint(loadprofiles.BuiltinNames())+") or path to a profile YAML file")
 		fs.String("out", "", "directory for report.json and the control plane's logs (default out/<profile>-<time>)")
 		fs.Duration("ready-timeout", 5*time.Minute, "how long to wait for every node to be Ready")
-		fs.String("shards", "", "drive the load on the nodes of fleet shards (`fleetlet fleet --shard`) at these endpoints, host:port,…, instead of a fleet in this process; needs --kubeconfig, the shards' target cluster")
+		fs.String("shards", "", "drive the load on the nodes of fleet shards (fleetlet fleet --shard) at these endpoints, host:port,…, instead of a fleet in this process; needs --kubeconfig, the shards' target cluster")
 		fs.String("shards-from", "", "like --shards, the shards being the pods of this StatefulSet, <namespace>/<name>, on the host cluster of --shards-kubeconfig")
 		fs.String("shards-kubeconfig", "", "with --shards-from: the kubeconfig of the cluster the shards run on (default: --kubeconfig, when one cluster is host and target)")
 		fs.String("sweep", "", "capacity search: run the profile once per step, nodes=N1,N2,... (the first pool's count) or qps=Q1,Q2,... (every create and churn phase), until a step fails its SLOs; writes sweep.json with the largest passing step")

@@ -49,7 +49,7 @@ const (
 const defaultShardPort = 7070
 
 func shardFlags(fs *pflag.FlagSet) {
-	fs.Bool("shard", false, "run as one shard of a fleet spread over several processes (a StatefulSet's pods): node names <node-prefix><ordinal>-<pool>-<index>, a claim on the ordinal, and the shard endpoint that `fleetlet run --shards` reads; needs --kubeconfig")
+	fs.Bool("shard", false, "run as one shard of a fleet spread over several processes (a StatefulSet's pods): node names <node-prefix><ordinal>-<pool>-<index>, a claim on the ordinal, and the shard endpoint that fleetlet run --shards reads; needs --kubeconfig")
 	fs.String("shard-ordinal", "", "with --shard: this shard's ordinal (default: from --pod-name, else the hostname, <statefulset>-<ordinal>)")
 	fs.String("pod-name", "", "with --shard: the shard's pod name (from the downward API), read for its ordinal")
 	fs.String("pod-ip", "", "with --shard: the pod's IP (from the downward API): every node advertises it, each with its own kubelet port from --kubelet-port up; default: each node its own loopback address, one range per shard")
