@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -116,15 +117,8 @@ func shardIdentityFrom(v *viper.Viper, hostname func() (string, error)) (shardId
 	// candidates: a pod replaced under the same name is another process.
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	id.Holder = cmpOr(host, "fleetlet") + "_" + hex.EncodeToString(b)
+	id.Holder = cmp.Or(host, "fleetlet") + "_" + hex.EncodeToString(b)
 	return id, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // withTimeout is cfg with each request bounded by d.

@@ -88,6 +88,14 @@ func (p *shardProcess) stop(t *testing.T) {
 	}
 }
 
+// writeProfile writes a profile file for the test.
+func writeProfile(t *testing.T, path, profile string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(profile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // freePorts finds n consecutive free loopback ports.
 func freePorts(t *testing.T, n int) int {
 	t.Helper()
@@ -154,7 +162,7 @@ func TestShardedRun(t *testing.T) {
 
 	dir := t.TempDir()
 	profilePath := filepath.Join(dir, "sharded.yaml")
-	if err := os.WriteFile(profilePath, []byte(`name: sharded
+	writeProfile(t, profilePath, `name: sharded
 nodePools:
   - name: default
     count: 40
@@ -168,9 +176,7 @@ phases:
   - waitRunning: {timeout: 3m}
   - delete: {qps: 20}
   - waitGone: {timeout: 3m}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`)
 	v := testSettings(t, criInProc)
 	v.Set("kubeconfig", kubeconfig)
 	v.Set("shards", fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d", port, port+1))
@@ -249,7 +255,7 @@ phases:
 	// lease lapses and its 20 nodes are Ready under the same names. The
 	// report counts it as a fault.
 	faultProfile := filepath.Join(dir, "sharded-fault.yaml")
-	if err := os.WriteFile(faultProfile, []byte(`name: sharded-fault
+	writeProfile(t, faultProfile, `name: sharded-fault
 nodePools:
   - name: default
     count: 40
@@ -264,9 +270,7 @@ phases:
   - sleep: {duration: 100s}
   - delete: {qps: 20}
   - waitGone: {timeout: 3m}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`)
 	v.Set("profile", faultProfile)
 	v.Set("out", filepath.Join(dir, "out-fault"))
 	runDone := make(chan error, 1)
