@@ -165,11 +165,13 @@ func runShard(ctx context.Context, v *viper.Viper) error {
 	if _, err := probe.Discovery().ServerVersion(); err != nil {
 		return fmt.Errorf("shard %d cannot reach the target API server %s: %v; check the kubeconfig %s (in a pod, the Secret fleetlet-target) and that its server is reachable from where the shard runs", id.Ordinal, cfg.Host, err, kubeconfig)
 	}
-	dir, err := tempDir(v.GetString("dir"), "fleetlet-shard-")
-	if err != nil {
-		return err
-	}
-	opts, err := optionsFrom(v, profile, dir)
+	// No scratch directory: a shard joins an existing cluster, so nothing
+	// of it goes in --dir (an embedded control plane's), and with the
+	// in-process runtimes it writes no file at all. In a pod it runs as
+	// a non-root user on a read-only root filesystem: the empty temporary
+	// directory it used to make, and never used, failed where /tmp was
+	// not its own to write.
+	opts, err := optionsFrom(v, profile, v.GetString("dir"))
 	if err != nil {
 		return err
 	}
