@@ -47,27 +47,35 @@ func (a *Agent) newSources() (nodes, pods source, nodeStore cache.Store) {
 		}
 		return nodes, pods, shared.Nodes()
 	}
-	nodeInformer := NewInformer(cfg.Client, fields.OneTermEqualSelector(metav1.ObjectNameField, cfg.NodeName), &corev1.Node{},
+	nodeInformer := newOwnInformer(cfg.Client, fields.OneTermEqualSelector(metav1.ObjectNameField, cfg.NodeName), &corev1.Node{},
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return cfg.Client.CoreV1().Nodes().List(ctx, o)
 		},
-		cfg.Client.CoreV1().Nodes().Watch, cache.Indexers{})
+		cfg.Client.CoreV1().Nodes().Watch, a.nodeHandler())
 	// The kubelet's pod source: every pod bound to this node, in any
 	// namespace.
 	podsAPI := cfg.Client.CoreV1().Pods(metav1.NamespaceAll)
-	podInformer := NewInformer(cfg.Client, fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName), &corev1.Pod{},
+	podInformer := newOwnInformer(cfg.Client, fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName), &corev1.Pod{},
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return podsAPI.List(ctx, o) },
-		podsAPI.Watch, cache.Indexers{})
-	return newOwnInformer(nodeInformer, a.nodeHandler()), newOwnInformer(podInformer, a.podHandler()), nodeInformer.GetIndexer()
+		podsAPI.Watch, a.podHandler())
+	return nodeInformer, podInformer, nodeInformer.store
 }
 
-// NewInformer is an informer of the objects selector picks, with no resync:
-// an agent's own watches, and the fleet's shared ones. The ListWatch carries
-// the client, so that clients without watch-list streaming (the fake
-// clientset in tests) fall back to list and watch.
+// NewInformer is a shared informer of the objects selector picks, with no
+// resync: the fleet's shared watches, whose events many agents' handlers
+// hear.
 func NewInformer(client kubernetes.Interface, selector fields.Selector, obj runtime.Object,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), indexers cache.Indexers) cache.SharedIndexInformer {
+	return cache.NewSharedIndexInformer(listWatch(client, selector, list, watchFn), obj, 0, indexers)
+}
+
+// listWatch is a ListerWatcher with selector set on every request. It
+// carries the client, so that clients without watch-list streaming (the
+// fake clientset in tests) fall back to list and watch, as informers do.
+func listWatch(client kubernetes.Interface, selector fields.Selector,
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
 	sel := selector.String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -79,24 +87,43 @@ func NewInformer(client kubernetes.Interface, selector fields.Selector, obj runt
 			return watchFn(ctx, o)
 		},
 	}
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), obj, 0, indexers)
+	return cache.ToListWatcherWithWatchListSemantics(lw, client)
 }
 
-// ownInformer is a source of the agent's own: one informer and its watch,
-// run in a goroutine until the source stops.
+// ownInformer is a source of the agent's own: one watch, the store it
+// fills, and the agent's handler, run in a goroutine until the source stops.
+//
+// It is client-go's plain informer (a reflector, a queue and a loop that
+// calls the one handler), not a shared informer: the requests are the same,
+// but a shared informer adds a processor and, per handler, two goroutines
+// and a ring of 1,024 events (16 KiB) that an agent with one handler per
+// watch does not need. Across a fleet's two watches per node that was 6
+// goroutines and 32 KiB of heap per agent. The kubelet's own pod source is
+// leaner still, a reflector alone (pkg/kubelet/config/apiserver.go); the
+// agent keeps the informer's queue so that its handler runs outside the
+// reflector's goroutine, as a shared informer's did.
 type ownInformer struct {
 	*loop
-	informer cache.SharedIndexInformer
+	store      cache.Store
+	controller cache.Controller
 }
 
-// newOwnInformer registers h with informer, which it runs once started.
-func newOwnInformer(informer cache.SharedIndexInformer, h cache.ResourceEventHandler) *ownInformer {
-	_, _ = informer.AddEventHandler(h)
-	return &ownInformer{loop: newLoop(informer.RunWithContext), informer: informer}
+// newOwnInformer makes the informer of the objects selector picks, with h as
+// its handler and no resync; it runs once started.
+func newOwnInformer(client kubernetes.Interface, selector fields.Selector, obj runtime.Object,
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), h cache.ResourceEventHandler) *ownInformer {
+	store, controller := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: listWatch(client, selector, list, watchFn),
+		ObjectType:    obj,
+		Handler:       h,
+	})
+	return &ownInformer{loop: newLoop(controller.RunWithContext), store: store, controller: controller}
 }
 
-// HasSynced implements source: the informer has listed once.
-func (i *ownInformer) HasSynced() bool { return i.informer.HasSynced() }
+// HasSynced implements source: the informer has listed once, and its
+// handler has been told of every object of that list.
+func (i *ownInformer) HasSynced() bool { return i.controller.HasSynced() }
 
 // sharedSource is an agent's share of one of the fleet's shared informers:
 // its handler, registered for the objects of its node. It needs no goroutine
