@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -184,11 +183,10 @@ func newBareProxy(t testing.TB, lat LatencyRecorder) (*Proxy, *testingclock.Fake
 }
 
 // heldKeys are the keys of m, sorted.
-func heldKeys[V any](m map[handle]V) []string {
+func heldKeys[V any](m keyed[V]) []string {
 	var keys []string
-	for k := range m {
+	for k := range m.keys() {
 		keys = append(keys, k.Value())
 	}
-	slices.Sort(keys)
 	return keys
 }

@@ -23,9 +23,10 @@ const (
 	// proxies holding that cluster, may cost; the strings they share are
 	// paid once, by the first. It was 400 KiB while each proxy held its own
 	// keys and resource versions (it then held 229 KiB); with them
-	// interned a proxy holds 77 KiB (Go 1.26), nearly all of it the slots
-	// of its two maps, and 2,000 proxies take some 150 MiB.
-	perProxyBudget = 96 << 10
+	// interned a proxy held 77 KiB (Go 1.26), nearly all of it the slots
+	// of its two Go maps, and with sorted slices for maps (keyed) 37 KiB:
+	// 2,000 proxies take some 75 MiB.
+	perProxyBudget = 48 << 10
 )
 
 // clusterObjects makes the cluster's Services and EndpointSlices with what

@@ -166,17 +166,17 @@ type Proxy struct {
 	initialized bool
 
 	// serviceFingerprints holds every Service the proxier would proxy.
-	serviceFingerprints map[handle]uint64
+	serviceFingerprints keyed[uint64]
 	// serviceChanges maps each Service changed since the last sync to the
 	// fingerprint that sync applied (0: none): ServiceChangeTracker.items,
 	// whose change is dropped when it comes back to what was applied.
 	serviceChanges map[handle]uint64
 	// sliceEntries holds every tracked EndpointSlice.
-	sliceEntries map[handle]unique.Handle[sliceEntry]
+	sliceEntries keyed[unique.Handle[sliceEntry]]
 	// triggerTimes are the trigger times of the EndpointSlice changes since
 	// the last sync, by Service (EndpointsChangeTracker.lastChangeTriggerTimes).
 	triggerTimes map[handle][]time.Time
-	cidrVersions map[handle]handle
+	cidrVersions keyed[handle]
 	nodeState    nodeRecord
 	hasNode      bool
 	// bad are the objects already counted as unreadable.
@@ -228,22 +228,19 @@ func New(cfg Config) (*Proxy, error) {
 		c = clock.RealClock{}
 	}
 	p := &Proxy{
-		cfg:                 cfg,
-		clock:               c,
-		logger:              klog.Background().WithValues("node", cfg.NodeName),
-		serviceFingerprints: map[handle]uint64{},
-		sliceEntries:        map[handle]unique.Handle[sliceEntry]{},
-		cidrVersions:        map[handle]handle{},
-		needFullSync:        true,
+		cfg:          cfg,
+		clock:        c,
+		logger:       klog.Background().WithValues("node", cfg.NodeName),
+		needFullSync: true,
 	}
 	p.runner = newBoundedFrequencyRunner(func() error { p.syncProxyRules(); return nil },
 		cfg.MinSyncPeriod, cfg.SyncPeriod, cfg.MaxSyncPeriod, c)
 	p.services = &objectStore{p: p, kind: "Service", reduce: reduceService, apply: p.applyService,
-		keys: mapKeys(&p.serviceFingerprints), synced: p.onListed}
+		keys: p.serviceFingerprints.keys(), synced: p.onListed}
 	p.slices = &objectStore{p: p, kind: "EndpointSlice", reduce: reduceEndpointSlice, apply: p.applySlice,
-		keys: mapKeys(&p.sliceEntries), synced: p.onListed}
+		keys: p.sliceEntries.keys(), synced: p.onListed}
 	p.cidrs = &objectStore{p: p, kind: "ServiceCIDR", reduce: reduceServiceCIDR, apply: p.applyServiceCIDR,
-		keys: mapKeys(&p.cidrVersions)}
+		keys: p.cidrVersions.keys()}
 	p.node = &objectStore{p: p, kind: "Node", reduce: reduceNode, apply: p.applyNode, keys: p.nodeKeys}
 	if cfg.Shared == nil {
 		p.reflectors = p.newReflectors()
@@ -308,7 +305,7 @@ func (p *Proxy) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.stats
-	s.Services, s.EndpointSlices, s.ServiceCIDRs = len(p.serviceFingerprints), len(p.sliceEntries), len(p.cidrVersions)
+	s.Services, s.EndpointSlices, s.ServiceCIDRs = p.serviceFingerprints.len(), p.sliceEntries.len(), p.cidrVersions.len()
 	return s
 }
 
@@ -408,15 +405,15 @@ func (p *Proxy) applyService(rec record, deleted bool) bool {
 	} else if r.bad != nil {
 		p.reportBad("Service", r.key, r.bad)
 	}
-	prev := p.serviceFingerprints[r.key]
+	prev, _ := p.serviceFingerprints.get(r.key)
 	applied, pending := p.serviceChanges[r.key]
 	if !pending {
 		applied = prev
 	}
 	if fp == 0 {
-		delete(p.serviceFingerprints, r.key)
+		p.serviceFingerprints.remove(r.key)
 	} else {
-		p.serviceFingerprints[r.key] = fp
+		p.serviceFingerprints.set(r.key, fp)
 	}
 	if fp != prev {
 		p.stats.ServiceChanges++
@@ -444,11 +441,11 @@ func (p *Proxy) applySlice(rec record, deleted bool) bool {
 	r := rec.(*sliceRecord)
 	if deleted || r.skip {
 		p.forgetBad("EndpointSlice", r.key)
-		old, ok := p.sliceEntries[r.key]
+		old, ok := p.sliceEntries.get(r.key)
 		if !ok {
 			return false
 		}
-		delete(p.sliceEntries, r.key)
+		p.sliceEntries.remove(r.key)
 		p.stats.EndpointSliceChanges++
 		// A deletion's trigger time is that of the slice's last update,
 		// so upstream drops its Service's pending trigger times instead.
@@ -461,10 +458,10 @@ func (p *Proxy) applySlice(rec record, deleted bool) bool {
 	if r.serviceKey == noHandle {
 		return false
 	}
-	if old, ok := p.sliceEntries[r.key]; ok && old.Value().rv == r.rv {
+	if old, ok := p.sliceEntries.get(r.key); ok && old.Value().rv == r.rv {
 		return false
 	}
-	p.sliceEntries[r.key] = unique.Make(sliceEntry{rv: r.rv, serviceKey: r.serviceKey})
+	p.sliceEntries.set(r.key, unique.Make(sliceEntry{rv: r.rv, serviceKey: r.serviceKey}))
 	p.stats.EndpointSliceChanges++
 	if !r.trigger.IsZero() && r.trigger.After(p.trackerStart) {
 		if p.triggerTimes == nil {
@@ -479,15 +476,15 @@ func (p *Proxy) applySlice(rec record, deleted bool) bool {
 // only notes the CIDRs (OnServiceCIDRsChanged): no sync is due.
 func (p *Proxy) applyServiceCIDR(rec record, deleted bool) bool {
 	r := rec.(*cidrRecord)
-	old, ok := p.cidrVersions[r.key]
+	old, ok := p.cidrVersions.get(r.key)
 	switch {
 	case deleted:
 		if ok {
-			delete(p.cidrVersions, r.key)
+			p.cidrVersions.remove(r.key)
 			p.stats.ServiceCIDRChanges++
 		}
 	case !ok || old != r.rv:
-		p.cidrVersions[r.key] = r.rv
+		p.cidrVersions.set(r.key, r.rv)
 		p.stats.ServiceCIDRChanges++
 	}
 	return false
@@ -559,16 +556,5 @@ func (p *Proxy) log() klog.Logger {
 func (p *Proxy) forgetBad(kind string, key handle) {
 	if len(p.bad) > 0 {
 		delete(p.bad, badKey{kind, key})
-	}
-}
-
-// mapKeys yields the keys of *m.
-func mapKeys[V any](m *map[handle]V) func(yield func(handle) bool) {
-	return func(yield func(handle) bool) {
-		for k := range *m {
-			if !yield(k) {
-				return
-			}
-		}
 	}
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -207,6 +208,8 @@ func (s *objectStore) Replace(list []any, _ string) error {
 		records = append(records, r)
 		listed[r.objectKey()] = struct{}{}
 	}
+	// In key order, so that a first list appends to the proxy's maps.
+	slices.SortStableFunc(records, func(a, b record) int { return compareKeys(a.objectKey(), b.objectKey()) })
 	p := s.p
 	p.mu.Lock()
 	var gone []handle
