@@ -23,6 +23,7 @@ func init() {
 }
 
 func main() {
+	setGCPercent()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
