@@ -63,6 +63,7 @@ func Merge(reports ...*Report) (*Report, error) {
 	}
 
 	out := &Report{SchemaVersion: SchemaVersion, Profile: first.Profile}
+	gcMixed := false
 	for _, r := range reports {
 		if !r.StartedAt.IsZero() && (out.StartedAt.IsZero() || r.StartedAt.Before(out.StartedAt)) {
 			out.StartedAt = r.StartedAt
@@ -79,6 +80,9 @@ func Merge(reports ...*Report) (*Report, error) {
 		out.Fleet.PeakRSSBytes += r.Fleet.PeakRSSBytes
 		out.Fleet.Goroutines += r.Fleet.Goroutines
 		out.Fleet.CPUSeconds += r.Fleet.CPUSeconds
+		if r.Fleet.GCPercent != first.Fleet.GCPercent {
+			gcMixed = true
+		}
 		out.Errors = append(out.Errors, r.Errors...)
 	}
 	// Shards start and stop at different times: the merged run spans them
@@ -87,6 +91,9 @@ func Merge(reports ...*Report) (*Report, error) {
 		out.WallSeconds = max(out.WallSeconds, roundTo(out.FinishedAt.Sub(out.StartedAt).Seconds(), 3))
 	}
 	out.Fleet.CPUSeconds = roundTo(out.Fleet.CPUSeconds, 3)
+	if !gcMixed {
+		out.Fleet.GCPercent = first.Fleet.GCPercent
+	}
 	out.Settings = mergeSettings(reports)
 
 	var err error

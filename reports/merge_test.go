@@ -47,8 +47,8 @@ func shardReports(t *testing.T) (a, b, whole *Report) {
 
 func TestMergeIsExact(t *testing.T) {
 	a, b, whole := shardReports(t)
-	a.Fleet = FleetStats{PeakRSSBytes: 100 << 20, Goroutines: 500, CPUSeconds: 10.25}
-	b.Fleet = FleetStats{PeakRSSBytes: 120 << 20, Goroutines: 700, CPUSeconds: 12.5}
+	a.Fleet = FleetStats{PeakRSSBytes: 100 << 20, Goroutines: 500, CPUSeconds: 10.25, GCPercent: 50}
+	b.Fleet = FleetStats{PeakRSSBytes: 120 << 20, Goroutines: 700, CPUSeconds: 12.5, GCPercent: 50}
 	a.Errors, b.Errors = []string{"shard a: late"}, []string{"shard b: early"}
 	a.Settings = map[string]string{"maxPods": "250", "nodeStatusUpdateFrequency": "20s"}
 	b.Settings = map[string]string{"maxPods": "110", "nodeStatusUpdateFrequency": "20s"}
@@ -91,8 +91,13 @@ func TestMergeIsExact(t *testing.T) {
 	if m.Scheduling.Pods != 1000 || m.Scheduling.MaxPerSecond != milestoneThroughput(whole.Series.Pods.Scheduled).MaxPerSecond {
 		t.Errorf("merged scheduling = %+v", m.Scheduling)
 	}
-	if m.Fleet != (FleetStats{PeakRSSBytes: 220 << 20, Goroutines: 1200, CPUSeconds: 22.75}) {
-		t.Errorf("fleet = %+v, want the sum of the processes'", m.Fleet)
+	if m.Fleet != (FleetStats{PeakRSSBytes: 220 << 20, Goroutines: 1200, CPUSeconds: 22.75, GCPercent: 50}) {
+		t.Errorf("fleet = %+v, want the sum of the processes', and their one GC target", m.Fleet)
+	}
+	// Shards that ran with different GC targets have none in common.
+	b.Fleet.GCPercent = 100
+	if m, err := Merge(a, b); err != nil || m.Fleet.GCPercent != 0 {
+		t.Errorf("merged GC target of shards at 50 and 100 = %d (%v), want 0, unknown", m.Fleet.GCPercent, err)
 	}
 	if !m.StartedAt.Equal(t0.Add(-time.Second)) || !m.FinishedAt.Equal(t0.Add(70*time.Second)) || m.WallSeconds != 71 {
 		t.Errorf("merged span %v to %v (%v s)", m.StartedAt, m.FinishedAt, m.WallSeconds)

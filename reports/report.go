@@ -131,6 +131,10 @@ type FleetStats struct {
 	Goroutines int `json:"goroutines"`
 	// CPUSeconds is the user and system CPU time the process used.
 	CPUSeconds float64 `json:"cpuSeconds"`
+	// GCPercent is the Go collector's target (GOGC) the process ran
+	// with, which sets how much of the RSS is headroom over live data; 0
+	// when unknown, or when merged shards ran with different targets.
+	GCPercent int `json:"gcPercent,omitempty"`
 }
 
 // WriteJSON writes r to path, creating its directory. The write is atomic: a

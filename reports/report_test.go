@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -109,7 +110,7 @@ func sampleReportBase() *Report {
 			{Verb: "get", Path: "/version", Count: 1, BytesReceived: 263, P50Ms: 0.4, P99Ms: 0.4, Codes: map[string]int64{"2xx": 1}},
 			{Component: ComponentKubeProxy, Verb: "watch", Resource: "endpointslices", Group: "discovery.k8s.io", Count: 10, BytesReceived: 40 << 10, P50Ms: 0.9, P99Ms: 1.6, Codes: map[string]int64{"2xx": 10}, OpenWatches: 10, Events: 120},
 		},
-		Fleet:    FleetStats{PeakRSSBytes: 187 << 20, Goroutines: 1234, CPUSeconds: 41.5},
+		Fleet:    FleetStats{PeakRSSBytes: 187 << 20, Goroutines: 1234, CPUSeconds: 41.5, GCPercent: 50},
 		Settings: map[string]string{"nodeStatusUpdateFrequency": "20s", "maxPods": "250"},
 		Errors:   []string{"pod load-1/pod-pending: not Running after 60s"},
 	}
@@ -336,6 +337,13 @@ func TestRenderSummaryEmptyReport(t *testing.T) {
 	want := "profile (none): 0 nodes, 0 pods created (0 Running, 0 deleted, 0 gone), wall 0s, peak RSS unknown\n"
 	if buf.String() != want {
 		t.Errorf("got %q, want %q", buf.String(), want)
+	}
+}
+
+func TestReadGCPercent(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(73))
+	if got := ReadGCPercent(); got != 73 {
+		t.Errorf("ReadGCPercent() = %d after SetGCPercent(73)", got)
 	}
 }
 

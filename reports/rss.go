@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/metrics"
 	"strconv"
 )
 
@@ -13,6 +14,17 @@ import (
 // VmHWM from /proc/self/status. It is Linux only; elsewhere it returns an
 // error, and the report's peakRSSBytes stays 0.
 func ReadPeakRSS() (int64, error) { return readStatusKB("VmHWM") }
+
+// ReadGCPercent returns the Go collector's target (GOGC) this process runs
+// with now, or 0 if the runtime does not say (-1 is off).
+func ReadGCPercent() int {
+	sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int(sample[0].Value.Uint64())
+}
 
 // ReadRSS returns the resident set size of this process now, in bytes:
 // VmRSS from /proc/self/status (Linux only).

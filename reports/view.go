@@ -79,13 +79,13 @@ type faultView struct {
 // fact is one headline number: Value large, Sub under it in small print.
 type fact struct{ Key, Value, Sub string }
 
-// runView is the run's size and the fleet's cost. CPU and Goroutines are ""
+// runView is the run's size and the fleet's cost. CPU, Goroutines and GCPercent are ""
 // when not measured (zero), PeakRSS is "unknown"; Started is "" when the
 // report has no start time.
 type runView struct {
 	Nodes, Created, Running, Deleted, Gone string
 	Wall, Started                          string
-	PeakRSS, CPU, Goroutines               string
+	PeakRSS, CPU, Goroutines, GCPercent    string
 }
 
 // sloSummaryRow is one SLO over all its subjects. Failing are its failing
@@ -235,6 +235,9 @@ func runOf(r *Report) runView {
 	}
 	if r.Fleet.Goroutines > 0 {
 		run.Goroutines = strconv.Itoa(r.Fleet.Goroutines)
+	}
+	if r.Fleet.GCPercent > 0 {
+		run.GCPercent = strconv.Itoa(r.Fleet.GCPercent) + " %"
 	}
 	return run
 }
@@ -696,6 +699,7 @@ func fleetFacts(r *Report) []keyValue {
 		{"Peak RSS", run.PeakRSS},
 		{"CPU", cmp.Or(run.CPU, "unknown")},
 		{"Goroutines at the end", cmp.Or(run.Goroutines, "unknown")},
+		{"Go GC target (GOGC)", cmp.Or(run.GCPercent, "unknown")},
 	}
 }
 

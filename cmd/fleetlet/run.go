@@ -398,6 +398,7 @@ func (s *profileRun) report(metrics *reports.Metrics, runErr error) *reports.Rep
 		rep.Fleet.PeakRSSBytes = rss
 	}
 	rep.Fleet.CPUSeconds = cpuTime().Seconds()
+	rep.Fleet.GCPercent = reports.ReadGCPercent()
 	if runErr != nil {
 		rep.Errors = append(rep.Errors, runErr.Error())
 	}
