@@ -52,7 +52,7 @@ func (t *gzipWatchTransport) RoundTrip(req *http.Request) (*http.Response, error
 	resp.Header.Del("Content-Length")
 	resp.ContentLength = -1
 	resp.Uncompressed = true
-	resp.Body = &gzipMembers{body: resp.Body, src: bufio.NewReaderSize(resp.Body, gzipSourceBuffer)}
+	resp.Body = &gzipMembers{body: resp.Body}
 	return resp, nil
 }
 
@@ -73,17 +73,38 @@ func isWatch(rawQuery string) bool {
 	return false
 }
 
-// gzipReaders are the fleet's decoders, each lent to one gzip member at a
-// time.
-var gzipReaders sync.Pool
+// gzipReaders are the fleet's decoders, and gzipSources their read buffers,
+// each lent to one gzip member at a time.
+var gzipReaders, gzipSources sync.Pool
 
 // gzipMembers reads a body of concatenated gzip members, holding a decoder
-// only while it is inside one.
+// and its read buffer only while it is inside one: between members, where
+// an idle watch waits, it holds neither (the buffer is 2 KiB a watch, 20 KiB
+// an agent, when kept).
 type gzipMembers struct {
-	body io.Closer
-	src  *bufio.Reader
-	zr   *gzip.Reader
-	err  error
+	body io.ReadCloser
+	// src is the read buffer of the member being read, nil between
+	// members unless it holds bytes of the next one.
+	src *bufio.Reader
+	// first is the first byte of a member, read before src was taken.
+	first firstByte
+	zr    *gzip.Reader
+	err   error
+}
+
+// firstByte is a reader of one byte already read, then of the body.
+type firstByte struct {
+	b    [1]byte
+	has  bool
+	body io.Reader
+}
+
+func (f *firstByte) Read(p []byte) (int, error) {
+	if f.has && len(p) > 0 {
+		p[0], f.has = f.b[0], false
+		return 1, nil
+	}
+	return f.body.Read(p)
 }
 
 func (g *gzipMembers) Read(p []byte) (int, error) {
@@ -92,11 +113,20 @@ func (g *gzipMembers) Read(p []byte) (int, error) {
 	}
 	for {
 		if g.zr == nil {
-			// Wait for the next member without a decoder: this is where an
-			// idle watch waits.
-			if _, err := g.src.Peek(1); err != nil {
-				g.err = err
-				return 0, err
+			if g.src == nil {
+				// Wait for the next member with nothing lent: this is
+				// where an idle watch waits.
+				if _, err := io.ReadFull(g.body, g.first.b[:]); err != nil {
+					g.err = err
+					return 0, err
+				}
+				g.first.has, g.first.body = true, g.body
+				g.src, _ = gzipSources.Get().(*bufio.Reader)
+				if g.src == nil {
+					g.src = bufio.NewReaderSize(&g.first, gzipSourceBuffer)
+				} else {
+					g.src.Reset(&g.first)
+				}
 			}
 			zr, _ := gzipReaders.Get().(*gzip.Reader)
 			var err error
@@ -107,6 +137,7 @@ func (g *gzipMembers) Read(p []byte) (int, error) {
 			}
 			if err != nil {
 				g.err = err
+				g.release()
 				return 0, err
 			}
 			zr.Multistream(false)
@@ -114,8 +145,13 @@ func (g *gzipMembers) Read(p []byte) (int, error) {
 		}
 		n, err := g.zr.Read(p)
 		if errors.Is(err, io.EOF) {
-			// The member ended; its decoder goes back to the pool.
-			g.release()
+			// The member ended; its decoder goes back to the pool, and
+			// so does its buffer unless the next member has begun in it.
+			gzipReaders.Put(g.zr)
+			g.zr = nil
+			if g.src.Buffered() == 0 {
+				g.releaseSource()
+			}
 			if n > 0 {
 				return n, nil
 			}
@@ -129,15 +165,26 @@ func (g *gzipMembers) Read(p []byte) (int, error) {
 	}
 }
 
+// release puts the decoder and the buffer back.
 func (g *gzipMembers) release() {
 	if g.zr != nil {
 		gzipReaders.Put(g.zr)
 		g.zr = nil
 	}
+	g.releaseSource()
+}
+
+func (g *gzipMembers) releaseSource() {
+	if g.src != nil {
+		// The pool keeps no reference to this body.
+		g.src.Reset(nil)
+		gzipSources.Put(g.src)
+		g.src = nil
+	}
 }
 
 // Close implements io.Closer. It may be called while a Read waits (a
 // watch stopped from another goroutine): it only closes the body, and the
-// Read that fails then puts the decoder back; a decoder no Read puts back
-// is left to the garbage collector.
+// Read that fails then puts back what it holds; what no Read puts back is
+// left to the garbage collector.
 func (g *gzipMembers) Close() error { return g.body.Close() }

@@ -1,7 +1,7 @@
 package fleet
 
 import (
-	"bufio"
+	"bytes"
 	"compress/gzip"
 	"io"
 	"net/http"
@@ -64,30 +64,66 @@ func TestGzipWatchesDecodeMembers(t *testing.T) {
 	}
 }
 
-// TestGzipMembersWaitsWithoutADecoder checks the point of it all: between
-// two members, while the reader waits, no decoder is held.
-func TestGzipMembersWaitsWithoutADecoder(t *testing.T) {
-	pr, pw := io.Pipe()
-	g := &gzipMembers{body: pr, src: bufio.NewReaderSize(pr, gzipSourceBuffer)}
-	go func() {
-		zw := gzip.NewWriter(pw)
-		io.WriteString(zw, "one")
+// TestGzipMembersWaitsWithNothingLent checks the point of it all: between
+// two members, while the reader waits for the next, it holds no decoder and
+// no read buffer.
+func TestGzipMembersWaitsWithNothingLent(t *testing.T) {
+	member := func(s string) []byte {
+		var b bytes.Buffer
+		zw := gzip.NewWriter(&b)
+		io.WriteString(zw, s)
 		zw.Close()
+		return b.Bytes()
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		// Two writes: a pipe's read returns one write's bytes at most, so
+		// the first member's buffer holds nothing of the second.
+		pw.Write(member("one"))
+		pw.Write(member("two"))
 		pw.Close()
 	}()
+	g := &gzipMembers{}
+	// The body's reads come from g.Read, on this goroutine: what g holds at
+	// each is read without a race.
+	var afterFirst bool
+	var waits, idle int
+	g.body = spyBody{ReadCloser: pr, read: func() {
+		if afterFirst {
+			waits++
+			if g.zr == nil && g.src == nil {
+				idle++
+			}
+		}
+	}}
 	buf := make([]byte, 16)
-	n, err := io.ReadFull(g, buf[:3])
-	if err != nil || string(buf[:n]) != "one" {
+	if n, err := io.ReadFull(g, buf[:3]); err != nil || string(buf[:n]) != "one" {
 		t.Fatalf("first member: %q, %v", buf[:n], err)
 	}
-	// The next read ends the member, puts the decoder back and reaches the
-	// end of the body.
+	afterFirst = true
+	if n, err := io.ReadFull(g, buf[:3]); err != nil || string(buf[:n]) != "two" {
+		t.Fatalf("second member: %q, %v", buf[:n], err)
+	}
+	if idle == 0 {
+		t.Errorf("none of the %d reads of the body after the first member waited with nothing lent", waits)
+	}
 	if _, err := g.Read(buf); err != io.EOF {
 		t.Fatalf("after the last member: %v, want EOF", err)
 	}
-	if g.zr != nil {
-		t.Error("a decoder is held after the member ended")
+	if g.zr != nil || g.src != nil {
+		t.Error("a decoder or a buffer is held after the body ended")
 	}
+}
+
+// spyBody calls read before each read of the body.
+type spyBody struct {
+	io.ReadCloser
+	read func()
+}
+
+func (s spyBody) Read(p []byte) (int, error) {
+	s.read()
+	return s.ReadCloser.Read(p)
 }
 
 func TestIsWatch(t *testing.T) {
