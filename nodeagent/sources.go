@@ -121,8 +121,7 @@ func newOwnInformer(client kubernetes.Interface, selector fields.Selector, obj r
 	return &ownInformer{loop: newLoop(controller.RunWithContext), store: store, controller: controller}
 }
 
-// HasSynced implements source: the informer has listed once, and its
-// handler has been told of every object of that list.
+// HasSynced implements source: the informer has listed once.
 func (i *ownInformer) HasSynced() bool { return i.controller.HasSynced() }
 
 // sharedSource is an agent's share of one of the fleet's shared informers:
