@@ -335,7 +335,10 @@ func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 	var files []file
 	var err error
 	switch {
-	case v.EmptyDir != nil, v.HostPath != nil:
+	case v.HostPath != nil:
+		return nil
+	case v.EmptyDir != nil:
+		return m.emptyDir(pod, v)
 	case v.ConfigMap != nil:
 		files, err = m.configMapFiles(ctx, pod, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.Optional, ptr.Deref(v.ConfigMap.DefaultMode, corev1.ConfigMapVolumeSourceDefaultMode))
 	case v.Secret != nil:
@@ -347,14 +350,37 @@ func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 	default:
 		// Volumes backed by storage (persistentVolumeClaim, CSI, ...) are
 		// set up as empty directories: there is no storage to attach.
+		return m.emptyDir(pod, v)
 	}
 	if err != nil || m.cfg.PodsDir == "" {
 		return err
 	}
-	if v.HostPath != nil {
+	return writeFiles(m.volumeDir(pod, v), files)
+}
+
+// emptyDir sets up an empty directory on a real node as the kubelet's
+// emptyDir plugin does (pkg/volume/emptydir/empty_dir.go, setupDir and
+// SetVolumeOwnership): mode 0777 whatever the umask, so that a container of
+// any user can write in it, and nothing written into it; with the pod's
+// fsGroup, owned by that group with the setgid bit, so that what the pod
+// writes stays the group's.
+func (m *Manager) emptyDir(pod *corev1.Pod, v *corev1.Volume) error {
+	if m.cfg.PodsDir == "" {
 		return nil
 	}
-	return writeFiles(m.volumeDir(pod, v), files)
+	dir := m.volumeDir(pod, v)
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return err
+	}
+	mode := os.FileMode(0o777)
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
+		if err := os.Lchown(dir, -1, int(*sc.FSGroup)); err != nil {
+			return fmt.Errorf("giving volume %s to fsGroup %d: %w", v.Name, *sc.FSGroup, err)
+		}
+		mode |= os.ModeSetgid
+	}
+	// MkdirAll's mode passes through the umask; the kubelet sets it again.
+	return os.Chmod(dir, mode)
 }
 
 func (m *Manager) configMapFiles(ctx context.Context, pod *corev1.Pod, name string, items []corev1.KeyToPath, optional *bool, mode int32) ([]file, error) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -257,6 +259,50 @@ func TestRealNodeWritesTheFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "uid-1")); !os.IsNotExist(err) {
 		t.Errorf("pod directory still there after CleanupPod: %v", err)
+	}
+}
+
+// TestRealNodeEmptyDir sets up an emptyDir and a volume backed by storage
+// as the kubelet's emptyDir plugin does: empty, mode 0777 whatever the
+// umask, so that a container of any user writes in it, and with the pod's
+// fsGroup, the group's, with the setgid bit.
+func TestRealNodeEmptyDir(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir)
+	pod := testPod(
+		corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
+	)
+	// The process's own group, which it may give a directory without root.
+	gid := int64(os.Getgid())
+	for i, fsGroup := range []*int64{nil, &gid} {
+		pod := pod.DeepCopy()
+		pod.UID = types.UID(fmt.Sprint("uid-", i))
+		pod.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: fsGroup}
+		if err := h.m.WaitForAttachAndMount(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+		want := os.ModeDir | 0o777
+		if fsGroup != nil {
+			want |= os.ModeSetgid
+		}
+		for i := range pod.Spec.Volumes {
+			vol := pod.Spec.Volumes[i].Name
+			path := h.m.volumeDir(pod, &pod.Spec.Volumes[i])
+			info, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Mode() != want {
+				t.Errorf("fsGroup %v: %s has mode %v, want %v", fsGroup, vol, info.Mode(), want)
+			}
+			if st, ok := info.Sys().(*syscall.Stat_t); ok && fsGroup != nil && int64(st.Gid) != *fsGroup {
+				t.Errorf("%s belongs to group %d, want the fsGroup %d", vol, st.Gid, *fsGroup)
+			}
+			if entries, _ := os.ReadDir(path); len(entries) != 0 {
+				t.Errorf("%s holds %d entries, want none", vol, len(entries))
+			}
+		}
 	}
 }
 
