@@ -96,8 +96,11 @@ test-unit:
 
 # The tests tagged `integration` start the real control plane from bin/
 # (and the containerd test, as root, a real containerd); the unit tests of
-# those packages run again with them.
-test-integration: build controlplane kubemark metrics-server
+# those packages run again with them. The image is built first, outside the
+# tests' timeout: TestShardsAsStatefulSet runs it, and its first build (a
+# static binary, another build configuration) takes minutes on 2 cores; the
+# test's own `make image` is then a quick rebuild.
+test-integration: build controlplane kubemark metrics-server image
 	FLEETLET_BIN_DIR=$(BIN) $(GO) test -tags integration -timeout 45m ./cmd/... ./controlplane/... ./internal/...
 
 bench:
