@@ -355,7 +355,11 @@ func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 	if err != nil || m.cfg.PodsDir == "" {
 		return err
 	}
-	return writeFiles(m.volumeDir(pod, v), files)
+	var fsGroup *int64
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		fsGroup = sc.FSGroup
+	}
+	return writeFiles(m.volumeDir(pod, v), files, fsGroup)
 }
 
 // emptyDir sets up an empty directory on a real node as the kubelet's
@@ -558,16 +562,30 @@ func (m *Manager) tokenFiles(ctx context.Context, pod *corev1.Pod, src *corev1.S
 // ..data symlink is swapped to it by a rename, and each top-level path is a
 // symlink through ..data. A container reading a remounted volume sees the
 // old files or the new, never a mix.
-func writeFiles(dir string, files []file) error {
+//
+// With an fsGroup, the volume is the group's, as the kubelet's
+// SetVolumeOwnership (pkg/volume/volume_linux.go) leaves these read-only
+// volumes: every file and directory given to the group, files readable by
+// it, directories readable, searchable and setgid. The payload's modes are
+// what that makes of them, so that an unchanged payload is left alone.
+func writeFiles(dir string, files []file, fsGroup *int64) error {
 	payload := make(map[string]file, len(files))
 	for _, f := range files {
 		if f.path == "" || filepath.IsAbs(f.path) || slices.Contains(strings.Split(f.path, "/"), "..") || strings.HasPrefix(f.path, "..") {
 			return fmt.Errorf("invalid path %q in volume", f.path)
 		}
+		if fsGroup != nil {
+			f.mode |= groupReadOnly
+		}
 		payload[filepath.Clean(f.path)] = f
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	if fsGroup != nil {
+		if err := giveToGroup(dir, *fsGroup); err != nil {
+			return err
+		}
 	}
 	dataLink := filepath.Join(dir, dataDirName)
 	old, err := os.Readlink(dataLink)
@@ -597,6 +615,17 @@ func writeFiles(dir string, files []file) error {
 			return err
 		}
 		top[strings.SplitN(p, string(filepath.Separator), 2)[0]] = true
+	}
+	if fsGroup != nil {
+		err := filepath.WalkDir(tsDir, func(path string, _ fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return giveToGroup(path, *fsGroup)
+		})
+		if err != nil {
+			return fmt.Errorf("giving the volume to fsGroup %d: %w", *fsGroup, err)
+		}
 	}
 	tmpLink := filepath.Join(dir, dataDirName+"_tmp")
 	_ = os.Remove(tmpLink)
@@ -635,6 +664,31 @@ func writeFiles(dir string, files []file) error {
 		}
 	}
 	return nil
+}
+
+// groupReadOnly is the kubelet's roMask: the bits an fsGroup gets on the
+// files of a read-only volume.
+const groupReadOnly = 0o440
+
+// giveToGroup gives path to gid as the kubelet's changeFilePermission does
+// for a read-only volume: a file readable by the group, a directory also
+// searchable and setgid; a symlink only changes hands.
+func giveToGroup(path string, gid int64) error {
+	info, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if err := os.Lchown(path, -1, int(gid)); err != nil {
+		return err
+	}
+	if info.Mode()&os.ModeSymlink != 0 {
+		return nil
+	}
+	mask := os.FileMode(groupReadOnly)
+	if info.IsDir() {
+		mask |= 0o110 | os.ModeSetgid
+	}
+	return os.Chmod(path, info.Mode()&(os.ModePerm|os.ModeSetgid)|mask)
 }
 
 // dataDirName is the AtomicWriter's symlink to the current payload.

@@ -306,6 +306,49 @@ func TestRealNodeEmptyDir(t *testing.T) {
 	}
 }
 
+// TestRealNodeVolumesOfTheFSGroup writes a Secret with mode 0400 for a pod
+// with an fsGroup: as the kubelet's SetVolumeOwnership leaves it, the file is
+// the group's and readable by it (0440), the directories are the group's
+// and setgid, and a second mount of the same payload writes nothing anew.
+func TestRealNodeVolumesOfTheFSGroup(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "creds"}, Data: map[string][]byte{"password": []byte("pw")}})
+	pod := testPod(corev1.Volume{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds", DefaultMode: ptr.To[int32](0o400)}}})
+	// The process's own group, which it may give a file without root.
+	gid := int64(os.Getgid())
+	pod.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: &gid}
+	if err := h.m.WaitForAttachAndMount(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	vol := h.m.volumeDir(pod, &pod.Spec.Volumes[0])
+	payload, err := os.Readlink(filepath.Join(vol, dataDirName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]os.FileMode{
+		vol:                                     os.ModeDir | os.ModeSetgid,
+		filepath.Join(vol, payload):             os.ModeDir | os.ModeSetgid | 0o550,
+		filepath.Join(vol, payload, "password"): 0o440,
+	} {
+		info, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := info.Mode(); got&want != want || (!info.IsDir() && got != want) {
+			t.Errorf("%s has mode %v, want %v", path, got, want)
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && int64(st.Gid) != gid {
+			t.Errorf("%s belongs to group %d, want the fsGroup %d", path, st.Gid, gid)
+		}
+	}
+	if err := h.m.WaitForAttachAndMount(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.Readlink(filepath.Join(vol, dataDirName)); again != payload {
+		t.Errorf("a remount of the same payload wrote it anew: %s, then %s", payload, again)
+	}
+}
+
 func TestEmulatedNodeWritesNothing(t *testing.T) {
 	h := newHarness(t, "", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}, Data: map[string]string{"a": "1"}})
 	pod := testPod(configMapVolume("config", "cfg", false))
