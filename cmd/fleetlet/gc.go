@@ -13,9 +13,9 @@ import (
 // clients and loops), and its garbage comes at a steady, low rate (lease
 // renewals, status checks), so the collector's headroom is most of the RSS
 // that the live data does not explain. Measured at 500 idle agents holding
-// 1,000 Services (README, "Density: what an agent costs"), the default's
-// headroom cost more memory per agent than any single part of the agent,
-// while collecting twice as often costs a few percent of the fleet's CPU.
+// 1,000 Services (README, "With a real node's watch set"): 1,244 KiB of RSS
+// per agent at 50 against 1,406 KiB at Go's default of 100, and 0.249
+// millicores per agent at both.
 // GOGC in the environment still wins, as for any Go program; it also
 // reaches the embedded control plane's processes, which this setting does
 // not.
