@@ -16,14 +16,19 @@ import (
 func ReadPeakRSS() (int64, error) { return readStatusKB("VmHWM") }
 
 // ReadGCPercent returns the Go collector's target (GOGC) this process runs
-// with now, or 0 if the runtime does not say (-1 is off).
-func ReadGCPercent() int {
-	sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+// with now, or 0 if the runtime does not say.
+func ReadGCPercent() int { return int(ReadRuntimeUint64("/gc/gogc:percent")) }
+
+// ReadRuntimeUint64 reads one of the Go runtime's uint64 metrics
+// (runtime/metrics) without stopping the world, as runtime.ReadMemStats
+// would; 0 if the runtime has no such metric.
+func ReadRuntimeUint64(name string) uint64 {
+	sample := []metrics.Sample{{Name: name}}
 	metrics.Read(sample)
 	if sample[0].Value.Kind() != metrics.KindUint64 {
 		return 0
 	}
-	return int(sample[0].Value.Uint64())
+	return sample[0].Value.Uint64()
 }
 
 // ReadRSS returns the resident set size of this process now, in bytes:

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/metrics"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -284,14 +283,7 @@ func nodeIsReady(n *corev1.Node) bool {
 
 // heapLive is the heap the last garbage collection kept, read without
 // stopping the world (runtime.ReadMemStats would).
-func heapLive() int64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
-	}
-	return int64(s[0].Value.Uint64())
-}
+func heapLive() int64 { return int64(reports.ReadRuntimeUint64("/gc/heap/live:bytes")) }
 
 // openFDs counts this process's open file descriptors; -1 if unknown.
 func openFDs() int {
