@@ -221,7 +221,11 @@ func TestShardLeaseRunReleasesAndNoticesATakeover(t *testing.T) {
 		t.Errorf("stopped shard left holder %q", *got.Spec.HolderIdentity)
 	}
 
-	// Claimed again, then taken by another process: Run says so.
+	// Claimed again, then taken by another process: Run says so. On a
+	// clock of its own: the fake clock's Ticker.Stop is a no-op, so the
+	// first Run's ticker would still count as a waiter, and the step below
+	// could come before the second Run's ticker exists.
+	clk = clocktesting.NewFakeClock(clk.Now())
 	if l, err = ClaimShard(context.Background(), ShardLeaseConfig{Client: client, Namespace: "kube-node-lease", Name: "s", Holder: "me", Clock: clk}); err != nil {
 		t.Fatal(err)
 	}
