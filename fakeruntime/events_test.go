@@ -325,13 +325,19 @@ func TestContainerEventsSubscribers(t *testing.T) {
 	stuck := watchEvents(t, rt, 0) // never read
 	a := watchEvents(t, rt, 4096)
 	b := watchEvents(t, rt, 4096)
-	const pods = eventQueueLimit // two events each: twice what a queue holds
-	for i := range pods {
-		runPod(t, rt, hostNetworkPodConfig(fmt.Sprintf("pod-%d", i)))
-	}
-	for _, w := range []*eventWatch{a, b} {
-		for range 2 * pods {
-			w.next(t)
+	// Two events a pod, in batches of half a queue, each read by a and b
+	// before the next: a reader that keeps up never loses an event, however
+	// slowly its sender is scheduled, while the stuck one is sent twice what
+	// its queue holds (and the runtime neither blocks on it nor on its queue).
+	const pods, batch = eventQueueLimit, eventQueueLimit / 4
+	for start := 0; start < pods; start += batch {
+		for i := start; i < start+batch; i++ {
+			runPod(t, rt, hostNetworkPodConfig(fmt.Sprintf("pod-%d", i)))
+		}
+		for _, w := range []*eventWatch{a, b} {
+			for range 2 * batch {
+				w.next(t)
+			}
 		}
 	}
 	if err := stuck.stop(t); status.Code(err) != codes.Canceled {
