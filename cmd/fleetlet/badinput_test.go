@@ -206,6 +206,7 @@ func TestBadInputs(t *testing.T) {
 		{name: "bench no sizes", args: []string{"bench", "fleet", "--nodes", "0"}, want: []string{`--nodes "0"`, "positive numbers"}},
 		{name: "bench no runs", args: []string{"bench", "fleet", "--repeat", "0"}, want: []string{"--repeat 0"}},
 		{name: "bench negative scrape interval", args: []string{"bench", "fleet", "--scrape-interval", "-1s"}, want: []string{"--scrape-interval -1s", "30s"}},
+		{name: "bench scrape paths without a slash", args: []string{"bench", "fleet", "--scrape-interval", "30s", "--scrape-paths", "healthz"}, want: []string{`--scrape-paths: "healthz" is not a path`, "/metrics/cadvisor"}},
 		{name: "scrape without a cluster", args: []string{"bench", "scrape"}, want: []string{"no cluster to scrape", "--kubeconfig"}},
 		{name: "scrape a name, not a path", args: []string{"bench", "scrape", "--paths", "/metrics,metrics"}, want: []string{`--paths: "metrics" is not a path`, "/metrics/cadvisor"}},
 		{name: "scrape no interval", args: []string{"bench", "scrape", "--interval", "0s"}, want: []string{"--interval 0s", "both positive"}},

@@ -69,7 +69,8 @@ func newBenchCommand() *cobra.Command {
 		fs.Int("pods-per-node", 0, "after the idle window, create this many pods per node, wait Running, delete them and wait gone")
 		fs.Float64("pod-qps", 100, "pods created (and deleted) per second with --pods-per-node")
 		fs.Duration("pod-timeout", 10*time.Minute, "how long to wait for the pods Running, and then gone")
-		fs.Duration("scrape-interval", 0, "after the idle window, measure a second one of the same length while another process (fleetlet bench scrape) scrapes every agent's /metrics, /metrics/probes and /metrics/cadvisor once per this interval, and show the fleet's CPU then and its increase")
+		fs.Duration("scrape-interval", 0, "after the idle window, measure a second one of the same length while another process (fleetlet bench scrape) scrapes every agent's --scrape-paths once per this interval, and show the fleet's CPU then and its increase")
+		fs.String("scrape-paths", strings.Join(defaultScrapePaths, ","), "with --scrape-interval, the comma-separated kubelet paths scraped on every agent (/healthz alone measures what the transport costs: TLS, HTTP and authorization)")
 	})
 	cmd.AddCommand(fleetCmd, newSoakCommand(), newScrapeCommand())
 	return cmd
@@ -127,6 +128,9 @@ func benchFleet(ctx context.Context, v *viper.Viper) error {
 	}
 	if every := v.GetDuration("scrape-interval"); every < 0 {
 		return fmt.Errorf("--scrape-interval %v: want a positive interval such as 30s (Prometheus's usual), or 0 for no scrapes", every)
+	}
+	if _, err := parseScrapePaths("--scrape-paths", v.GetString("scrape-paths")); err != nil {
+		return err
 	}
 	if err := preflight(v, slices.Max(sizes), false); err != nil {
 		return err
@@ -272,7 +276,7 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *i
 	res.latenessP99Ms, res.latenessMax = hb.Lateness.P99Ms, hb.Lateness.MaxMs
 	res.leasePutP99Ms = hb.LeaseWriteLatency.P99Ms
 	if every := v.GetDuration("scrape-interval"); every > 0 {
-		busy, err := benchScraped(ctx, cl, every, v.GetDuration("idle"))
+		busy, err := benchScraped(ctx, cl, every, v.GetDuration("idle"), v.GetString("scrape-paths"))
 		if err != nil {
 			return res, err
 		}
@@ -302,19 +306,19 @@ func benchOne(ctx context.Context, v *viper.Viper, n int, dir string, rssBase *i
 
 // benchScraped measures this process's CPU, in cores, over a window of
 // length window while `fleetlet bench scrape` scrapes every fleet node's
-// metrics endpoints once per every from a process of its own, so that its
+// paths once per every from a process of its own, so that its
 // side of the scrapes is not counted. The window starts one interval
 // after the scraper, once every target has been scraped once (its TLS
 // connection up, its credentials' review cached), as in a Prometheus that
 // has been running for a while.
-func benchScraped(ctx context.Context, cl *cluster, every, window time.Duration) (time.Duration, error) {
+func benchScraped(ctx context.Context, cl *cluster, every, window time.Duration, paths string) (time.Duration, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return 0, err
 	}
 	const margin = 5 * time.Second
 	scraper := exec.CommandContext(ctx, exe, "bench", "scrape", "--kubeconfig", cl.kubeconfig, "--selector", fleet.PoolLabel,
-		"--interval", every.String(), "--duration", (every + window + margin).String())
+		"--interval", every.String(), "--duration", (every + window + margin).String(), "--paths", paths)
 	scraper.Stdout, scraper.Stderr = os.Stderr, os.Stderr
 	if err := scraper.Start(); err != nil {
 		return 0, fmt.Errorf("starting the scraper: %w", err)

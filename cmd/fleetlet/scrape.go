@@ -117,17 +117,9 @@ func runScrape(ctx context.Context, v *viper.Viper, out io.Writer) error {
 	if interval <= 0 || duration <= 0 {
 		return fmt.Errorf("--interval %v --duration %v: want both positive, such as --interval 30s --duration 2m", interval, duration)
 	}
-	var paths []string
-	for _, p := range strings.Split(v.GetString("paths"), ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			if !strings.HasPrefix(p, "/") {
-				return fmt.Errorf("--paths: %q is not a path; give kubelet paths such as /metrics,/metrics/cadvisor", p)
-			}
-			paths = append(paths, p)
-		}
-	}
-	if len(paths) == 0 {
-		return fmt.Errorf("--paths is empty; give kubelet paths such as %s", strings.Join(defaultScrapePaths, ","))
+	paths, err := parseScrapePaths("--paths", v.GetString("paths"))
+	if err != nil {
+		return err
 	}
 	kubeconfig := v.GetString("kubeconfig")
 	if kubeconfig == "" {
@@ -179,6 +171,24 @@ func runScrape(ctx context.Context, v *viper.Viper, out io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// parseScrapePaths reads a comma-separated list of kubelet paths given as
+// flag.
+func parseScrapePaths(flag, list string) ([]string, error) {
+	var paths []string
+	for _, p := range strings.Split(list, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			if !strings.HasPrefix(p, "/") {
+				return nil, fmt.Errorf("%s: %q is not a path; give kubelet paths such as /metrics,/metrics/cadvisor", flag, p)
+			}
+			paths = append(paths, p)
+		}
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("%s is empty; give kubelet paths such as %s", flag, strings.Join(defaultScrapePaths, ","))
+	}
+	return paths, nil
 }
 
 // scrapeTargets are the nodes' kubelet ports, by InternalIP and the
@@ -286,7 +296,15 @@ func scrapeOnce(ctx context.Context, client *http.Client, url string) (int64, ti
 	return n, time.Since(start), nil
 }
 
+// printScrape writes one row per path; a path given more than once (to
+// scrape it several times per interval) is one row of all its scrapes.
 func printScrape(w io.Writer, res *scrapeResult, paths []string) {
+	seen := map[string]bool{}
+	paths = slices.DeleteFunc(slices.Clone(paths), func(p string) bool {
+		dup := seen[p]
+		seen[p] = true
+		return dup
+	})
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "path\tscrapes\tfailed\tbytes/scrape\tlatency p50\tp99\tmax\t")
 	for _, p := range paths {

@@ -91,6 +91,19 @@ func TestScrapeAsPrometheus(t *testing.T) {
 	if !strings.Contains(out.String(), "/metrics/cadvisor") || !strings.Contains(out.String(), "HTTP 500") {
 		t.Errorf("printed:\n%s\nwant a row per path and the failures", out.String())
 	}
+	// A path given twice (scraped twice an interval) is one row of all its
+	// scrapes.
+	out.Reset()
+	printScrape(&out, res, []string{"/metrics", "/metrics", "/metrics/cadvisor"})
+	n := 0
+	for _, line := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "/metrics" && f[1] != "failures," {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("printed:\n%s\nwant /metrics on one row, got %d", out.String(), n)
+	}
 }
 
 func TestScrapeTargets(t *testing.T) {
