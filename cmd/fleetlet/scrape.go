@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/prometheus/procfs"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
@@ -52,7 +54,9 @@ func newScrapeCommand() *cobra.Command {
 			"Accept header and its 10 s scrape timeout, the kubeconfig's credentials, the kubelet's serving certificate " +
 			"not verified (kubelets' are self-signed). Prints scrapes, failures, bytes and latency per path. Run it in a " +
 			"process of its own beside a fleet, so that the fleet's CPU is measured without the scraper's: " +
-			"`fleetlet bench fleet --scrape-interval 30s` does.",
+			"`fleetlet bench fleet --scrape-interval 30s` does. --target scrapes given kubelet ports instead (a kubemark hollow " +
+			"kubelet's, say), and --cost-of PID measures what the scrapes cost the process serving them, for a side-by-side " +
+			"with a real kubelet.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := settings(cmd)
@@ -68,6 +72,8 @@ func newScrapeCommand() *cobra.Command {
 		fs.Duration("interval", 30*time.Second, "time between two scrapes of one target (Prometheus scrape_interval)")
 		fs.Duration("duration", time.Minute, "how long to scrape")
 		fs.String("paths", strings.Join(defaultScrapePaths, ","), "comma-separated kubelet paths to scrape on every node")
+		fs.StringSlice("target", nil, "kubelet ports to scrape instead of the cluster's Nodes, as base URLs such as http://127.0.0.1:10250 (repeatable); --kubeconfig then only lends its credentials, and may be left out")
+		fs.Int("cost-of", 0, "PID of the process serving the targets (the fleet, or a kubelet to compare): measure its CPU over an idle window of --duration, then over the scrapes, and print the difference per scrape")
 	})
 	return cmd
 }
@@ -121,20 +127,78 @@ func runScrape(ctx context.Context, v *viper.Viper, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	given, err := parseScrapeTargets(v.GetStringSlice("target"))
+	if err != nil {
+		return err
+	}
+	if len(given) > 0 && v.GetString("selector") != "" {
+		return errors.New("--selector picks Nodes, and --target scrapes given ports instead: drop one of them")
+	}
+	var cost *procCPU
+	if pid := v.GetInt("cost-of"); pid != 0 {
+		if cost, err = newProcCPU(pid); err != nil {
+			return err
+		}
+	}
 	kubeconfig := v.GetString("kubeconfig")
 	if kubeconfig == "" {
 		kubeconfig = os.Getenv("KUBECONFIG")
 	}
-	if kubeconfig == "" {
-		return errors.New("no cluster to scrape: give --kubeconfig (or KUBECONFIG)")
+	if kubeconfig == "" && len(given) == 0 {
+		return errors.New("no cluster to scrape: give --kubeconfig (or KUBECONFIG), or --target with a kubelet's base URL")
 	}
-	cfg, err := loadKubeconfig(kubeconfig)
+	cfg := &rest.Config{}
+	if kubeconfig != "" {
+		if cfg, err = loadKubeconfig(kubeconfig); err != nil {
+			return err
+		}
+	}
+	targets := given
+	if len(targets) == 0 {
+		if targets, err = discoverScrapeTargets(ctx, cfg, v.GetString("selector")); err != nil {
+			return err
+		}
+	}
+	httpClient, err := kubeletScrapeClient(cfg)
 	if err != nil {
 		return err
 	}
+	var idle time.Duration
+	if cost != nil {
+		fmt.Fprintf(os.Stderr, "fleetlet: measuring process %d idle for %v before the scrapes\n", cost.pid, duration)
+		if idle, err = cost.over(ctx, func() { _ = sleepCtx(ctx, duration) }); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "fleetlet: scraping %s on %d targets every %v for %v\n", strings.Join(paths, ", "), len(targets), interval, duration)
+	var res *scrapeResult
+	var busy time.Duration
+	if cost != nil {
+		busy, err = cost.over(ctx, func() { res = scrape(ctx, httpClient, targets, paths, interval, duration) })
+		if err != nil {
+			return err
+		}
+	} else {
+		res = scrape(ctx, httpClient, targets, paths, interval, duration)
+	}
+	printScrape(out, res, paths)
+	if cost != nil {
+		printScrapeCost(out, cost.pid, idle, busy, res)
+	}
+	for _, p := range paths {
+		if pr := res.paths[p]; pr == nil || pr.ok == 0 {
+			return fmt.Errorf("no scrape of %s succeeded; see the failures above", p)
+		}
+	}
+	return nil
+}
+
+// discoverScrapeTargets lists the cluster's Nodes matching selector and
+// returns their kubelet ports.
+func discoverScrapeTargets(ctx context.Context, cfg *rest.Config, selector string) ([]scrapeTarget, error) {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Prometheus's service discovery retries a failed list; so does this,
 	// for a minute, since a loaded API server may drop one.
@@ -143,7 +207,7 @@ func runScrape(ctx context.Context, v *viper.Viper, out io.Writer) error {
 	waitErr := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 6, Cap: 30 * time.Second},
 		func(ctx context.Context) (bool, error) {
 			var lerr error
-			nodes, lerr = client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v.GetString("selector")})
+			nodes, lerr = client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
 			if lerr != nil {
 				listErr = lerr
 				klog.FromContext(ctx).Info("Listing the Nodes to scrape failed; retrying", "err", lerr)
@@ -152,25 +216,26 @@ func runScrape(ctx context.Context, v *viper.Viper, out io.Writer) error {
 			return true, nil
 		})
 	if nodes == nil {
-		return fmt.Errorf("listing the Nodes to scrape: %w", errors.Join(listErr, waitErr))
+		return nil, fmt.Errorf("listing the Nodes to scrape: %w", errors.Join(listErr, waitErr))
 	}
 	targets := scrapeTargets(nodes.Items)
 	if len(targets) == 0 {
-		return fmt.Errorf("no Node with an InternalIP and a kubelet port matches --selector %q", v.GetString("selector"))
+		return nil, fmt.Errorf("no Node with an InternalIP and a kubelet port matches --selector %q", selector)
 	}
-	httpClient, err := kubeletScrapeClient(cfg)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "fleetlet: scraping %s on %d nodes every %v for %v\n", strings.Join(paths, ", "), len(targets), interval, duration)
-	res := scrape(ctx, httpClient, targets, paths, interval, duration)
-	printScrape(out, res, paths)
-	for _, p := range paths {
-		if pr := res.paths[p]; pr == nil || pr.ok == 0 {
-			return fmt.Errorf("no scrape of %s succeeded; see the failures above", p)
+	return targets, nil
+}
+
+// parseScrapeTargets reads --target's base URLs.
+func parseScrapeTargets(list []string) ([]scrapeTarget, error) {
+	var targets []scrapeTarget
+	for _, raw := range list {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
+			return nil, fmt.Errorf("--target %q: want a kubelet's base URL such as https://127.0.0.1:10250, without a path (the paths are --paths)", raw)
 		}
+		targets = append(targets, scrapeTarget{node: u.Host, base: u.Scheme + "://" + u.Host})
 	}
-	return nil
+	return targets, nil
 }
 
 // parseScrapePaths reads a comma-separated list of kubelet paths given as
@@ -326,4 +391,61 @@ func printScrape(w io.Writer, res *scrapeResult, paths []string) {
 			fmt.Fprintf(w, "%s failures, such as: %s\n", p, strings.Join(pr.samples, "; "))
 		}
 	}
+}
+
+// procCPU reads another process's CPU time, from /proc through
+// prometheus/procfs (what client_golang's process collector reads).
+type procCPU struct {
+	pid  int
+	proc procfs.Proc
+}
+
+func newProcCPU(pid int) (*procCPU, error) {
+	p, err := procfs.NewProc(pid)
+	if err == nil {
+		_, err = p.Stat()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--cost-of %d: cannot read that process's CPU (%v); give the PID of the process serving the targets, such as $(pgrep -f 'fleetlet fleet')", pid, err)
+	}
+	return &procCPU{pid: pid, proc: p}, nil
+}
+
+func (c *procCPU) cpu() (time.Duration, error) {
+	st, err := c.proc.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("reading process %d's CPU: %w (did it exit?)", c.pid, err)
+	}
+	return time.Duration(st.CPUTime() * float64(time.Second)), nil
+}
+
+// over returns the CPU the process used while f ran.
+func (c *procCPU) over(ctx context.Context, f func()) (time.Duration, error) {
+	before, err := c.cpu()
+	if err != nil {
+		return 0, err
+	}
+	f()
+	after, err := c.cpu()
+	if err != nil {
+		return 0, err
+	}
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	return after - before, nil
+}
+
+// printScrapeCost writes what the scrapes cost process pid: its CPU while
+// scraped less its CPU over an idle window as long, per scrape.
+func printScrapeCost(w io.Writer, pid int, idle, busy time.Duration, res *scrapeResult) {
+	scrapes := 0
+	for _, pr := range res.paths {
+		scrapes += pr.ok + pr.failed
+	}
+	fmt.Fprintf(w, "process %d: CPU %.2f s idle, %.2f s while scraped (%d scrapes)", pid, idle.Seconds(), busy.Seconds(), scrapes)
+	if scrapes > 0 {
+		fmt.Fprintf(w, ": %.0f µs a scrape", float64((busy-idle).Microseconds())/float64(scrapes))
+	}
+	fmt.Fprintln(w)
 }

@@ -4,11 +4,16 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/spf13/viper"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -120,5 +125,56 @@ func TestScrapeTargets(t *testing.T) {
 	want := []scrapeTarget{{"a", "https://127.1.0.1:10250"}, {"v6", "https://[::1]:10251"}}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("targets %v, want %v", got, want)
+	}
+}
+
+func TestParseScrapeTargets(t *testing.T) {
+	got, err := parseScrapeTargets([]string{"http://127.0.0.1:20250", " https://[::1]:10250/ "})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []scrapeTarget{{"127.0.0.1:20250", "http://127.0.0.1:20250"}, {"[::1]:10250", "https://[::1]:10250"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("targets %v, want %v", got, want)
+	}
+	for _, bad := range []string{"127.0.0.1:10250", "ftp://127.0.0.1:10250", "https://127.0.0.1:10250/metrics", "https://", "https://h:1?x=1"} {
+		if _, err := parseScrapeTargets([]string{bad}); err == nil || !strings.Contains(err.Error(), "--target") {
+			t.Errorf("--target %q: err %v, want one naming --target", bad, err)
+		}
+	}
+}
+
+// TestScrapeCostOfAProcess: --target scrapes a given port with no cluster,
+// and --cost-of prints the serving process's CPU idle and scraped, and
+// the difference per scrape.
+func TestScrapeCostOfAProcess(t *testing.T) {
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(strings.Repeat("kubelet_running_pods 1\n", 200)))
+	}))
+	t.Cleanup(ts.Close)
+	v := viper.New()
+	v.Set("target", []string{ts.URL})
+	v.Set("cost-of", os.Getpid())
+	v.Set("paths", "/metrics")
+	v.Set("interval", "5ms")
+	v.Set("duration", "1s")
+	var out strings.Builder
+	if err := runScrape(context.Background(), v, &out); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`process (\d+): CPU ([0-9.]+) s idle, ([0-9.]+) s while scraped \((\d+) scrapes\): (-?\d+) µs a scrape`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("printed:\n%s\nwant the process's CPU idle, scraped and per scrape", out.String())
+	}
+	if m[1] != strconv.Itoa(os.Getpid()) {
+		t.Errorf("cost of process %s, want %d", m[1], os.Getpid())
+	}
+	// About 200 scrapes in 1 s every 5 ms; a loaded machine loses some.
+	if n, _ := strconv.Atoi(m[4]); n < 20 {
+		t.Errorf("%d scrapes in 1 s every 5 ms, want about 200", n)
+	}
+	// Client and server are this process: the scrapes cost it something.
+	if busy, _ := strconv.ParseFloat(m[3], 64); busy <= 0 {
+		t.Errorf("CPU while scraped %v s, want more than 0", busy)
 	}
 }
