@@ -172,14 +172,9 @@ func runScrape(ctx context.Context, v *viper.Viper, out io.Writer) error {
 	}
 	fmt.Fprintf(os.Stderr, "fleetlet: scraping %s on %d targets every %v for %v\n", strings.Join(paths, ", "), len(targets), interval, duration)
 	var res *scrapeResult
-	var busy time.Duration
-	if cost != nil {
-		busy, err = cost.over(ctx, func() { res = scrape(ctx, httpClient, targets, paths, interval, duration) })
-		if err != nil {
-			return err
-		}
-	} else {
-		res = scrape(ctx, httpClient, targets, paths, interval, duration)
+	busy, err := cost.over(ctx, func() { res = scrape(ctx, httpClient, targets, paths, interval, duration) })
+	if err != nil {
+		return err
 	}
 	printScrape(out, res, paths)
 	if cost != nil {
@@ -419,8 +414,13 @@ func (c *procCPU) cpu() (time.Duration, error) {
 	return time.Duration(st.CPUTime() * float64(time.Second)), nil
 }
 
-// over returns the CPU the process used while f ran.
+// over returns the CPU the process used while f ran; with no process to
+// measure (c nil) it only runs f.
 func (c *procCPU) over(ctx context.Context, f func()) (time.Duration, error) {
+	if c == nil {
+		f()
+		return 0, nil
+	}
 	before, err := c.cpu()
 	if err != nil {
 		return 0, err
